@@ -1,0 +1,19 @@
+"""Predictors of runtime, GPU memory and MPS colocation speed.
+
+The engine asks a :class:`~optsched.predict.base.Predictor` for its coefficients. The default
+(:func:`default_predictor`) uses the trained LightGBM models shipped in ``models/`` when they
+and ``lightgbm`` are present, and otherwise the documented fallback
+(:class:`~optsched.predict.fallback.EstimatePredictor`), saying so in every prediction's
+``source``.
+"""
+
+from optsched.predict.base import JobEstimate, PairEstimate, Predictions, Predictor
+from optsched.predict.fallback import EstimatePredictor
+
+__all__ = [
+    "EstimatePredictor",
+    "JobEstimate",
+    "PairEstimate",
+    "Predictions",
+    "Predictor",
+]

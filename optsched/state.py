@@ -1,0 +1,371 @@
+"""ClusterState: a validated, index-based view of one :class:`~optsched.schema.Snapshot`.
+
+``ClusterState.from_snapshot`` runs the semantic checks of the spec's invariant 7 (unknown
+tenant or GPU type, duplicated ids, running jobs without a full allocation, a GPU given twice,
+``submit_s > now``, ...) and raises :class:`~optsched.errors.SnapshotError` naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import networkx as nx
+from pydantic import ValidationError
+
+from optsched.errors import SnapshotError
+from optsched.schema.snapshot import Job, Snapshot
+
+GpuKey = tuple[str, int]
+
+
+def _loc_to_path(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def parse_snapshot(data: str | bytes | dict[str, Any]) -> Snapshot:
+    """Parse JSON text or a dict into a :class:`Snapshot`.
+
+    Raises
+    ------
+    SnapshotError
+        With the path of the first offending field (shape errors) or ``""`` for bad JSON.
+    """
+    try:
+        if isinstance(data, dict):
+            return Snapshot.model_validate(data)
+        return Snapshot.model_validate_json(data)
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        path = _loc_to_path(tuple(err["loc"]))
+        msg = err["msg"]
+        if err["type"] == "json_invalid":
+            raise SnapshotError("", f"malformed JSON: {err.get('ctx', {}).get('error', msg)}") from None
+        if err["type"] == "missing":
+            msg = "required field is missing"
+        elif err["type"] == "extra_forbidden":
+            msg = "unknown field"
+        elif err["type"] == "literal_error" and path == "format":
+            msg = f"unsupported format {err.get('input')!r}; this engine reads format 1"
+        raise SnapshotError(path, msg) from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise SnapshotError("", f"malformed JSON: {exc}") from None
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    """Validated, derived lookups of one snapshot. Build with :meth:`from_snapshot`."""
+
+    snapshot: Snapshot
+    type_names: tuple[str, ...]
+    tenant_ids: tuple[str, ...]
+    tenant_index: dict[str, int]
+    job_index: dict[str, int]
+    node_index: dict[str, int]
+    pool_gpus: frozenset[GpuKey]
+    """GPUs of the workflow serving pool: never given to cluster jobs."""
+    gpu_holders: dict[GpuKey, tuple[str, ...]] = field(default_factory=dict)
+    """Running job ids on each GPU (host first)."""
+    host_of: dict[str, str] = field(default_factory=dict)
+    """Running MPS guest -> its host job."""
+
+    # ---------------------------------------------------------------- construction
+    @classmethod
+    def from_snapshot(cls, snapshot: Snapshot) -> ClusterState:
+        """Check cross-references and build the lookups.
+
+        Raises
+        ------
+        SnapshotError
+            Naming the first inconsistent field.
+        """
+        snap = snapshot
+        types = snap.gpu_types
+        if not types:
+            raise SnapshotError("gpu_types", "at least one GPU type is required")
+
+        node_index: dict[str, int] = {}
+        for i, node in enumerate(snap.nodes):
+            if node.id in node_index:
+                raise SnapshotError(f"nodes[{i}].id", f"duplicated node id '{node.id}'")
+            if node.gpu_type not in types:
+                raise SnapshotError(f"nodes[{i}].gpu_type", f"unknown GPU type '{node.gpu_type}'")
+            node_index[node.id] = i
+
+        tenant_index: dict[str, int] = {}
+        for i, ten in enumerate(snap.tenants):
+            if ten.id in tenant_index:
+                raise SnapshotError(f"tenants[{i}].id", f"duplicated tenant id '{ten.id}'")
+            tenant_index[ten.id] = i
+            for name in ("quota", "borrow_limit", "lend_limit"):
+                for key in getattr(ten, name) or {}:
+                    if key not in types:
+                        raise SnapshotError(
+                            f"tenants[{i}].{name}.{key}", f"unknown GPU type '{key}'"
+                        )
+
+        pool: set[GpuKey] = set()
+        if snap.workflows is not None:
+            pool = _validate_workflows(snap, node_index)
+
+        def check_gpu(path: str, node: str, gpu: int) -> None:
+            if node not in node_index:
+                raise SnapshotError(f"{path}.node", f"unknown node '{node}'")
+            n = snap.nodes[node_index[node]]
+            if gpu >= n.gpus:
+                raise SnapshotError(
+                    f"{path}.gpu", f"GPU index {gpu} out of range for node '{node}' ({n.gpus} GPUs)"
+                )
+
+        job_index: dict[str, int] = {}
+        holders: dict[GpuKey, list[int]] = defaultdict(list)
+        for i, job in enumerate(snap.jobs):
+            p = f"jobs[{i}]"
+            if job.id in job_index:
+                raise SnapshotError(f"{p}.id", f"duplicated job id '{job.id}'")
+            job_index[job.id] = i
+            if job.tenant not in tenant_index:
+                raise SnapshotError(f"{p}.tenant", f"unknown tenant '{job.tenant}'")
+            if job.gpu_types is not None:
+                if not job.gpu_types:
+                    raise SnapshotError(f"{p}.gpu_types", "empty list; use null for any type")
+                for k, t in enumerate(job.gpu_types):
+                    if t not in types:
+                        raise SnapshotError(f"{p}.gpu_types[{k}]", f"unknown GPU type '{t}'")
+            if job.submit_s > snap.now:
+                raise SnapshotError(
+                    f"{p}.submit_s", f"submitted in the future ({job.submit_s} > now {snap.now})"
+                )
+            if job.state == "pending":
+                for name in ("allocation", "start_s", "guest_of"):
+                    if getattr(job, name) is not None:
+                        raise SnapshotError(f"{p}.{name}", "only running jobs have this field")
+                if job.on_loan or job.colocated:
+                    raise SnapshotError(
+                        f"{p}.{'on_loan' if job.on_loan else 'colocated'}",
+                        "only running jobs have this field",
+                    )
+                continue
+            # running
+            if job.allocation is None:
+                raise SnapshotError(f"{p}.allocation", "a running job needs its allocation")
+            if len(job.allocation) != job.gpus:
+                raise SnapshotError(
+                    f"{p}.allocation",
+                    f"has {len(job.allocation)} GPUs but the job asks for {job.gpus}",
+                )
+            if job.start_s is None:
+                raise SnapshotError(f"{p}.start_s", "a running job needs its start time")
+            if job.start_s > snap.now:
+                raise SnapshotError(f"{p}.start_s", f"start in the future ({job.start_s} > now)")
+            if job.start_s < job.submit_s:
+                raise SnapshotError(f"{p}.start_s", "starts before it was submitted")
+            seen: set[GpuKey] = set()
+            jtype: str | None = None
+            for k, ref in enumerate(job.allocation):
+                ap = f"{p}.allocation[{k}]"
+                check_gpu(ap, ref.node, ref.gpu)
+                if ref.key() in seen:
+                    raise SnapshotError(ap, f"GPU {ref.node}/{ref.gpu} listed twice")
+                seen.add(ref.key())
+                if ref.key() in pool:
+                    raise SnapshotError(ap, f"GPU {ref.node}/{ref.gpu} belongs to the workflow pool")
+                t = snap.nodes[node_index[ref.node]].gpu_type
+                if jtype is None:
+                    jtype = t
+                elif t != jtype:
+                    raise SnapshotError(ap, f"mixes GPU types '{jtype}' and '{t}'")
+                if job.gpu_types is not None and t not in job.gpu_types:
+                    raise SnapshotError(ap, f"GPU type '{t}' is not allowed for this job")
+                holders[ref.key()].append(i)
+
+        host_of: dict[str, str] = {}
+        for i, job in enumerate(snap.jobs):
+            if job.guest_of is None:
+                continue
+            if job.guest_of not in job_index or snap.jobs[job_index[job.guest_of]].state != "running":
+                raise SnapshotError(f"jobs[{i}].guest_of", f"unknown running job '{job.guest_of}'")
+
+        gpu_holders: dict[GpuKey, tuple[str, ...]] = {}
+        for key, idxs in holders.items():
+            if len(idxs) == 1:
+                gpu_holders[key] = (snap.jobs[idxs[0]].id,)
+                continue
+            i = idxs[-1]
+            t = snap.nodes[node_index[key[0]]].gpu_type
+            where = f"jobs[{i}].allocation"
+            if len(idxs) > 2:
+                raise SnapshotError(where, f"GPU {key[0]}/{key[1]} is given to {len(idxs)} jobs")
+            a, b = (snap.jobs[x] for x in idxs)
+            if not types[t].mps:
+                raise SnapshotError(
+                    where, f"GPU {key[0]}/{key[1]} is given twice on non-MPS type '{t}'"
+                )
+            if not (a.colocated and b.colocated and a.is_shareable and b.is_shareable):
+                raise SnapshotError(
+                    where,
+                    f"GPU {key[0]}/{key[1]} is given twice but '{a.id}' and '{b.id}' "
+                    "are not both colocated and shareable",
+                )
+            host, guest = _host_guest(a, b)
+            if guest.guest_of not in (None, host.id):
+                raise SnapshotError(where, f"'{guest.id}' shares GPUs with '{host.id}', not its host")
+            host_of[guest.id] = host.id
+            gpu_holders[key] = (host.id, guest.id)
+
+        return cls(
+            snapshot=snap,
+            type_names=tuple(types),
+            tenant_ids=tuple(t.id for t in snap.tenants),
+            tenant_index=tenant_index,
+            job_index=job_index,
+            node_index=node_index,
+            pool_gpus=frozenset(pool),
+            gpu_holders=gpu_holders,
+            host_of=host_of,
+        )
+
+    # ---------------------------------------------------------------- lookups
+    def job(self, job_id: str) -> Job:
+        return self.snapshot.jobs[self.job_index[job_id]]
+
+    def node_type(self, node_id: str) -> str:
+        return self.snapshot.nodes[self.node_index[node_id]].gpu_type
+
+    def node_available(self, node_id: str) -> bool:
+        return self.snapshot.nodes[self.node_index[node_id]].available
+
+    def allowed_types(self, job: Job) -> tuple[str, ...]:
+        return tuple(job.gpu_types) if job.gpu_types is not None else self.type_names
+
+    def cluster_gpus(self) -> list[GpuKey]:
+        """Every GPU on an available node that is not in the workflow pool."""
+        out: list[GpuKey] = []
+        for node in self.snapshot.nodes:
+            if not node.available:
+                continue
+            out.extend((node.id, g) for g in range(node.gpus) if (node.id, g) not in self.pool_gpus)
+        return out
+
+    def capacity(self) -> dict[str, int]:
+        """Cluster GPUs per type on available nodes (pool excluded)."""
+        cap = {t: 0 for t in self.type_names}
+        for node_id, _ in self.cluster_gpus():
+            cap[self.node_type(node_id)] += 1
+        return cap
+
+    def quota(self, tenant: str, gpu_type: str) -> int:
+        return self.snapshot.tenants[self.tenant_index[tenant]].quota.get(gpu_type, 0)
+
+    def borrow_limit(self, tenant: str, gpu_type: str) -> int | None:
+        """GPUs above quota the tenant may borrow; ``None`` = no limit (null or type absent)."""
+        lim = self.snapshot.tenants[self.tenant_index[tenant]].borrow_limit
+        return None if lim is None else lim.get(gpu_type)
+
+    def lend_limit(self, tenant: str, gpu_type: str) -> int | None:
+        """Idle quota the tenant may lend; ``None`` = all of it (null or type absent)."""
+        lim = self.snapshot.tenants[self.tenant_index[tenant]].lend_limit
+        return None if lim is None else lim.get(gpu_type)
+
+    def running(self) -> list[Job]:
+        return [j for j in self.snapshot.jobs if j.state == "running"]
+
+    def pending(self) -> list[Job]:
+        return [j for j in self.snapshot.jobs if j.state == "pending"]
+
+    def job_type(self, job: Job) -> str:
+        """GPU type of a running job."""
+        assert job.allocation is not None, f"job {job.id} is not running"
+        return self.node_type(job.allocation[0].node)
+
+
+def _host_guest(a: Job, b: Job) -> tuple[Job, Job]:
+    if a.guest_of == b.id:
+        return b, a
+    if b.guest_of == a.id:
+        return a, b
+    ka = (a.start_s or 0.0, a.id)
+    kb = (b.start_s or 0.0, b.id)
+    return (a, b) if ka <= kb else (b, a)
+
+
+def _validate_workflows(snap: Snapshot, node_index: dict[str, int]) -> set[GpuKey]:
+    wf = snap.workflows
+    assert wf is not None
+    pool: set[GpuKey] = set()
+    for i, dev in enumerate(wf.pool):
+        p = f"workflows.pool[{i}]"
+        if dev.node not in node_index:
+            raise SnapshotError(f"{p}.node", f"unknown node '{dev.node}'")
+        node = snap.nodes[node_index[dev.node]]
+        if dev.gpu >= node.gpus:
+            raise SnapshotError(f"{p}.gpu", f"GPU index {dev.gpu} out of range for node '{dev.node}'")
+        if dev.key() in pool:
+            raise SnapshotError(p, f"GPU {dev.node}/{dev.gpu} listed twice in the pool")
+        pool.add(dev.key())
+        mem = 0.0
+        for k, m in enumerate(dev.resident):
+            if m not in wf.models:
+                raise SnapshotError(f"{p}.resident[{k}]", f"unknown model '{m}'")
+            mem += wf.models[m].memory_gib
+        if len(set(dev.resident)) != len(dev.resident):
+            raise SnapshotError(f"{p}.resident", "a model is listed twice")
+        if mem > snap.gpu_types[node.gpu_type].memory_gib + 1e-9:
+            raise SnapshotError(f"{p}.resident", "resident models exceed the GPU's memory")
+    for name, model in wf.models.items():
+        for t in model.load_s or {}:
+            if t not in snap.gpu_types:
+                raise SnapshotError(f"workflows.models.{name}.load_s.{t}", f"unknown GPU type '{t}'")
+    tenants = {t.id for t in snap.tenants}
+    sessions: set[str] = set()
+    for i, ses in enumerate(wf.sessions):
+        p = f"workflows.sessions[{i}]"
+        if ses.id in sessions:
+            raise SnapshotError(f"{p}.id", f"duplicated session id '{ses.id}'")
+        sessions.add(ses.id)
+        if ses.tenant not in tenants:
+            raise SnapshotError(f"{p}.tenant", f"unknown tenant '{ses.tenant}'")
+        if ses.arrival_s > snap.now:
+            raise SnapshotError(f"{p}.arrival_s", "arrives in the future")
+        ids: dict[str, int] = {}
+        for k, act in enumerate(ses.activations):
+            if act.id in ids:
+                raise SnapshotError(f"{p}.activations[{k}].id", f"duplicated activation id '{act.id}'")
+            ids[act.id] = k
+        graph: nx.DiGraph = nx.DiGraph()
+        graph.add_nodes_from(ids)
+        for k, act in enumerate(ses.activations):
+            ap = f"{p}.activations[{k}]"
+            if act.model not in wf.models:
+                raise SnapshotError(f"{ap}.model", f"unknown model '{act.model}'")
+            for m, dep in enumerate(act.after):
+                if dep not in ids:
+                    raise SnapshotError(f"{ap}.after[{m}]", f"unknown activation '{dep}'")
+                graph.add_edge(dep, act.id)
+            if act.state == "running":
+                if act.device is None or act.start_s is None:
+                    raise SnapshotError(f"{ap}.device", "a running activation needs device and start_s")
+                if act.device.key() not in pool:
+                    raise SnapshotError(f"{ap}.device", "device is not in the workflow pool")
+                if act.start_s > snap.now:
+                    raise SnapshotError(f"{ap}.start_s", "start in the future")
+            for dep in act.after:
+                dstate = ses.activations[ids[dep]].state
+                if act.state in ("running", "done") and dstate != "done":
+                    raise SnapshotError(f"{ap}.state", f"'{act.state}' before its dependency '{dep}' is done")
+        if not nx.is_directed_acyclic_graph(graph):
+            raise SnapshotError(f"{p}.activations", "dependencies form a cycle")
+    return pool
+
+
+def load_state(data: str | bytes | dict[str, Any]) -> ClusterState:
+    """Parse and validate a snapshot in one step."""
+    return ClusterState.from_snapshot(parse_snapshot(data))
