@@ -1,0 +1,92 @@
+"""What every backend shares: parameters, statuses, results and the Backend protocol."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+if TYPE_CHECKING:
+    from optsched.problem import Assignment, EpochProblem
+
+
+class SolveStatus(StrEnum):
+    """How a backend's solve ended."""
+
+    OPTIMAL = "optimal"
+    """Proven optimal (within the configured gap)."""
+    FEASIBLE = "feasible"
+    """A solution, not proven optimal (time limit)."""
+    INFEASIBLE = "infeasible"
+    """The model has no solution (a modelling bug: the empty decision is always feasible)."""
+    NO_SOLUTION = "no_solution"
+    """The limit was hit before any solution was found."""
+    ERROR = "error"
+    """The solver failed or returned something unexpected."""
+
+
+@dataclass(frozen=True)
+class SolveParams:
+    """Backend-neutral knobs plus a backend-specific ``extra`` dict.
+
+    ``time_limit_s`` is a hard promise for the whole :func:`~optsched.solve_epoch` call.
+    """
+
+    backend: str = "cpsat"
+    time_limit_s: float = 1.0
+    seed: int = 0
+    num_workers: int = 1
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_toml(cls, path: str | Path) -> SolveParams:
+        """Load a preset from ``solvers/<backend>/<name>.toml``.
+
+        Raises
+        ------
+        ValueError
+            For an unknown top-level key, naming it.
+        """
+        data = tomllib.loads(Path(path).read_text())
+        allowed = {"backend", "time_limit_s", "seed", "num_workers", "extra"}
+        for key in data:
+            if key not in allowed:
+                raise ValueError(f"{path}: unknown key '{key}' (allowed: {sorted(allowed)})")
+        return cls(**data)
+
+    def with_(self, **changes: Any) -> SolveParams:
+        return replace(self, **changes)
+
+
+@dataclass
+class SolveResult:
+    """What a backend returns."""
+
+    status: SolveStatus
+    backend: str
+    seconds: float
+    assignment: Assignment | None = None
+    objective: float | None = None
+    bound: float | None = None
+    detail: str = ""
+
+    @property
+    def gap(self) -> float | None:
+        if self.objective is None or self.bound is None:
+            return None
+        return abs(self.bound - self.objective) / max(1.0, abs(self.bound))
+
+
+class Backend(Protocol):
+    """Turns an :class:`~optsched.problem.EpochProblem` into a :class:`SolveResult`."""
+
+    name: ClassVar[str]
+
+    @classmethod
+    def is_available(cls) -> bool: ...
+
+    def solve(
+        self, problem: EpochProblem, params: SolveParams, hint: Assignment | None = None
+    ) -> SolveResult: ...
