@@ -120,11 +120,12 @@ def check_workflow_plan(state: ClusterState, plan: WorkflowPlan) -> list[Violati
         members = set(u.activations)
         seen_before: set[str] = set()
         for aid in u.activations:
-            a = act_info.get((u.session, aid))
-            if a is None:
+            found = act_info.get((u.session, aid))
+            if found is None:
                 out.append(_v(f"unit '{u.id}': unknown activation '{aid}' in '{u.session}'", u.id))
                 ok = False
                 continue
+            a = found
             if a.state != "pending":
                 out.append(_v(f"unit '{u.id}' plans '{aid}', which is {a.state}", u.id, aid))
                 ok = False
@@ -224,10 +225,10 @@ def check_workflow_plan(state: ClusterState, plan: WorkflowPlan) -> list[Violati
                         u.id,
                     )
                 )
-        for a, b in itertools.pairwise(units):
-            if b.start_s < a.end_s - EPS:
+        for p, q in itertools.pairwise(units):
+            if q.start_s < p.end_s - EPS:
                 out.append(
-                    _v(f"units '{a.id}' and '{b.id}' overlap on {key[0]}/{key[1]}", a.id, b.id)
+                    _v(f"units '{p.id}' and '{q.id}' overlap on {key[0]}/{key[1]}", p.id, q.id)
                 )
 
     # ---------------------------------------------------------------- rules 7-9: residency
