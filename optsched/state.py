@@ -48,7 +48,9 @@ def parse_snapshot(data: str | bytes | dict[str, Any]) -> Snapshot:
         path = _loc_to_path(tuple(err["loc"]))
         msg = err["msg"]
         if err["type"] == "json_invalid":
-            raise SnapshotError("", f"malformed JSON: {err.get('ctx', {}).get('error', msg)}") from None
+            raise SnapshotError(
+                "", f"malformed JSON: {err.get('ctx', {}).get('error', msg)}"
+            ) from None
         if err["type"] == "missing":
             msg = "required field is missing"
         elif err["type"] == "extra_forbidden":
@@ -122,7 +124,8 @@ class ClusterState:
             n = snap.nodes[node_index[node]]
             if gpu >= n.gpus:
                 raise SnapshotError(
-                    f"{path}.gpu", f"GPU index {gpu} out of range for node '{node}' ({n.gpus} GPUs)"
+                    f"{path}.gpu",
+                    f"GPU index {gpu} out of range for node '{node}' ({n.gpus} GPUs)",
                 )
 
         job_index: dict[str, int] = {}
@@ -177,7 +180,9 @@ class ClusterState:
                     raise SnapshotError(ap, f"GPU {ref.node}/{ref.gpu} listed twice")
                 seen.add(ref.key())
                 if ref.key() in pool:
-                    raise SnapshotError(ap, f"GPU {ref.node}/{ref.gpu} belongs to the workflow pool")
+                    raise SnapshotError(
+                        ap, f"GPU {ref.node}/{ref.gpu} belongs to the workflow pool"
+                    )
                 t = snap.nodes[node_index[ref.node]].gpu_type
                 if jtype is None:
                     jtype = t
@@ -191,7 +196,10 @@ class ClusterState:
         for i, job in enumerate(snap.jobs):
             if job.guest_of is None:
                 continue
-            if job.guest_of not in job_index or snap.jobs[job_index[job.guest_of]].state != "running":
+            if (
+                job.guest_of not in job_index
+                or snap.jobs[job_index[job.guest_of]].state != "running"
+            ):
                 raise SnapshotError(f"jobs[{i}].guest_of", f"unknown running job '{job.guest_of}'")
 
         gpu_holders: dict[GpuKey, tuple[str, ...]] = {}
@@ -217,7 +225,9 @@ class ClusterState:
                 )
             host, guest = _host_guest(a, b)
             if guest.guest_of not in (None, host.id):
-                raise SnapshotError(where, f"'{guest.id}' shares GPUs with '{host.id}', not its host")
+                raise SnapshotError(
+                    where, f"'{guest.id}' shares GPUs with '{host.id}', not its host"
+                )
             host_of[guest.id] = host.id
             gpu_holders[key] = (host.id, guest.id)
 
@@ -252,7 +262,9 @@ class ClusterState:
         for node in self.snapshot.nodes:
             if not node.available:
                 continue
-            out.extend((node.id, g) for g in range(node.gpus) if (node.id, g) not in self.pool_gpus)
+            out.extend(
+                (node.id, g) for g in range(node.gpus) if (node.id, g) not in self.pool_gpus
+            )
         return out
 
     def capacity(self) -> dict[str, int]:
@@ -307,7 +319,9 @@ def _validate_workflows(snap: Snapshot, node_index: dict[str, int]) -> set[GpuKe
             raise SnapshotError(f"{p}.node", f"unknown node '{dev.node}'")
         node = snap.nodes[node_index[dev.node]]
         if dev.gpu >= node.gpus:
-            raise SnapshotError(f"{p}.gpu", f"GPU index {dev.gpu} out of range for node '{dev.node}'")
+            raise SnapshotError(
+                f"{p}.gpu", f"GPU index {dev.gpu} out of range for node '{dev.node}'"
+            )
         if dev.key() in pool:
             raise SnapshotError(p, f"GPU {dev.node}/{dev.gpu} listed twice in the pool")
         pool.add(dev.key())
@@ -323,7 +337,9 @@ def _validate_workflows(snap: Snapshot, node_index: dict[str, int]) -> set[GpuKe
     for name, model in wf.models.items():
         for t in model.load_s or {}:
             if t not in snap.gpu_types:
-                raise SnapshotError(f"workflows.models.{name}.load_s.{t}", f"unknown GPU type '{t}'")
+                raise SnapshotError(
+                    f"workflows.models.{name}.load_s.{t}", f"unknown GPU type '{t}'"
+                )
     tenants = {t.id for t in snap.tenants}
     sessions: set[str] = set()
     for i, ses in enumerate(wf.sessions):
@@ -338,7 +354,9 @@ def _validate_workflows(snap: Snapshot, node_index: dict[str, int]) -> set[GpuKe
         ids: dict[str, int] = {}
         for k, act in enumerate(ses.activations):
             if act.id in ids:
-                raise SnapshotError(f"{p}.activations[{k}].id", f"duplicated activation id '{act.id}'")
+                raise SnapshotError(
+                    f"{p}.activations[{k}].id", f"duplicated activation id '{act.id}'"
+                )
             ids[act.id] = k
         graph: nx.DiGraph = nx.DiGraph()
         graph.add_nodes_from(ids)
@@ -352,7 +370,9 @@ def _validate_workflows(snap: Snapshot, node_index: dict[str, int]) -> set[GpuKe
                 graph.add_edge(dep, act.id)
             if act.state == "running":
                 if act.device is None or act.start_s is None:
-                    raise SnapshotError(f"{ap}.device", "a running activation needs device and start_s")
+                    raise SnapshotError(
+                        f"{ap}.device", "a running activation needs device and start_s"
+                    )
                 if act.device.key() not in pool:
                     raise SnapshotError(f"{ap}.device", "device is not in the workflow pool")
                 if act.start_s > snap.now:
@@ -360,7 +380,9 @@ def _validate_workflows(snap: Snapshot, node_index: dict[str, int]) -> set[GpuKe
             for dep in act.after:
                 dstate = ses.activations[ids[dep]].state
                 if act.state in ("running", "done") and dstate != "done":
-                    raise SnapshotError(f"{ap}.state", f"'{act.state}' before its dependency '{dep}' is done")
+                    raise SnapshotError(
+                        f"{ap}.state", f"'{act.state}' before its dependency '{dep}' is done"
+                    )
         if not nx.is_directed_acyclic_graph(graph):
             raise SnapshotError(f"{p}.activations", "dependencies form a cycle")
     return pool

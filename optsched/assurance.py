@@ -1,0 +1,177 @@
+r"""The per-tenant assurance signal: how well each tenant's guarantee is being met right now.
+
+For tenant :math:`i` at an epoch, with its GPUs held inside quota :math:`h_i` (jobs not on
+loan), its guaranteed demand :math:`d_i = \min(q_i, h_i + p_i)` (held plus the GPUs
+:math:`g_j` of its pending guaranteed jobs, capped by quota :math:`q_i`, summed over GPU
+types), and the waits :math:`w_j` of its pending guaranteed jobs against the tenant's
+``qos.max_queue_delay_s`` :math:`D_i`:
+
+.. math::
+
+    \sigma_i &= \begin{cases} 1 & d_i = 0 \\
+        \max\Bigl(0, 1 - \frac{\min(q_i, \sum_j g_j \min(1, w_j / D_i))}{d_i}\Bigr)
+        & \text{otherwise} \end{cases}
+        \qquad\text{(quota satisfaction)}\\
+    \delta_i &= \min\Bigl(\min_j \bigl(1 - \min(1, w_j / D_i)\bigr)^{1/2},\;
+        \min\bigl(1, c_i / \tau_i\bigr)\Bigr)\qquad\text{(delay headroom)}\\
+    r_i &= \min(\sigma_i^{\,\gamma}, \delta_i), \quad \gamma = 0.5\\
+    a_i &= \begin{cases} \beta_\downarrow a_i^{-} + (1-\beta_\downarrow) r_i & r_i < a_i^{-}\\
+                          \beta_\uparrow a_i^{-} + (1-\beta_\uparrow) r_i & \text{otherwise}
+            \end{cases}
+
+so a guaranteed GPU that was just asked for does not yet count as unmet, and one whose job
+has waited its whole target counts fully; :math:`c_i` is the smoothed fraction of the tenant's guaranteed jobs that started within
+:math:`D_i` (an exponentially decayed count kept in ``assurance_state``), :math:`\tau_i` the
+tenant's ``qos.target``, and :math:`a_i^{-}` the previous value (1 on the first epoch). The
+signal falls fast (:math:`\beta_\downarrow = 0.2`) and recovers slowly
+(:math:`\beta_\uparrow = 0.7`), so a tenant at risk is protected at once and stays protected
+for a few epochs. Tenants without ``qos`` use ``DEFAULT_MAX_DELAY_S`` and target 0.9.
+
+Its three uses (see ``docs/assurance.md``):
+
+(a) **weight**: the tenant's jobs are weighted by
+    :math:`W_i = \text{weight}_i \,(1 + \kappa (1 - a_i))`, :math:`\kappa = 2`;
+(b) **reclaim**: when :math:`a_i < \theta_{\text{reclaim}}` (0.8) and the tenant has guaranteed
+    work waiting that fits in its quota, those jobs carry a reclaim bonus larger than any
+    preemption cost, so capacity the tenant lent is taken back this epoch;
+(c) **sharing**: MPS guests may slow the tenant's jobs by at most
+    :math:`s_{\max}\, a_i^2` (:math:`s_{\max} = 0.35`), and not at all once
+    :math:`a_i < \theta_{\text{share}}` (0.5).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from optsched.state import ClusterState
+
+KAPPA = 2.0
+THETA_RECLAIM = 0.8
+THETA_SHARE = 0.5
+MAX_SLOWDOWN = 0.35
+BETA_DOWN = 0.2
+BETA_UP = 0.7
+GAMMA = 0.5
+DECAY = 0.9
+DEFAULT_MAX_DELAY_S = 3600.0
+DEFAULT_TARGET = 0.9
+
+
+@dataclass(frozen=True)
+class TenantAssurance:
+    """The signal of one tenant this epoch, with the parts it was made of."""
+
+    value: float
+    quota_satisfaction: float
+    delay_headroom: float
+    compliance: float
+    waiting_guaranteed: int
+
+    @property
+    def reclaim(self) -> bool:
+        """Use (b): below the reclaim threshold with guaranteed work waiting."""
+        return self.value < THETA_RECLAIM and self.waiting_guaranteed > 0
+
+
+def tenant_weight(base: float, a: float) -> float:
+    """Use (a): the objective weight of a tenant's jobs."""
+    return base * (1.0 + KAPPA * (1.0 - a))
+
+
+def max_host_slowdown(a: float) -> float:
+    """Use (c): the largest slowdown MPS guests may inflict on this tenant's jobs."""
+    if a < THETA_SHARE:
+        return 0.0
+    return MAX_SLOWDOWN * a * a
+
+
+def max_delay(state: ClusterState, tenant: str) -> tuple[float, float]:
+    """``(max_queue_delay_s, target)`` of a tenant, with defaults."""
+    ten = state.snapshot.tenants[state.tenant_index[tenant]]
+    if ten.qos is None:
+        return DEFAULT_MAX_DELAY_S, DEFAULT_TARGET
+    return ten.qos.max_queue_delay_s, ten.qos.target
+
+
+def compute(state: ClusterState) -> dict[str, TenantAssurance]:
+    """The assurance of every tenant at the start of this epoch (before the decision)."""
+    snap = state.snapshot
+    prev_state = snap.assurance_state or {}
+    held: dict[str, int] = dict.fromkeys(state.tenant_ids, 0)
+    for job in state.running():
+        if not job.on_loan and job.id not in state.host_of:
+            held[job.tenant] += job.gpus
+    pend: dict[str, int] = dict.fromkeys(state.tenant_ids, 0)
+    unmet: dict[str, float] = dict.fromkeys(state.tenant_ids, 0.0)
+    headroom: dict[str, float] = dict.fromkeys(state.tenant_ids, 1.0)
+    waiting: dict[str, int] = dict.fromkeys(state.tenant_ids, 0)
+    for job in state.pending():
+        if job.qos != "guaranteed":
+            continue
+        d, _ = max_delay(state, job.tenant)
+        pend[job.tenant] += job.gpus
+        waiting[job.tenant] += 1
+        wait = max(0.0, snap.now - job.submit_s)
+        frac = 1.0 if d <= 0 else min(1.0, wait / d)
+        unmet[job.tenant] += job.gpus * frac
+        headroom[job.tenant] = min(headroom[job.tenant], (1.0 - frac) ** 0.5)
+    out: dict[str, TenantAssurance] = {}
+    for ten in snap.tenants:
+        q = sum(ten.quota.values())
+        demand = min(q, held[ten.id] + pend[ten.id])
+        sigma = 1.0 if demand <= 0 else max(0.0, 1.0 - min(q, unmet[ten.id]) / demand)
+        st = prev_state.get(ten.id, {})
+        met = float(st.get("met", 0.0))
+        total = float(st.get("total", 0.0))
+        _, target = max_delay(state, ten.id)
+        compliance = 1.0 if total < 1e-9 else met / total
+        comp_term = 1.0 if target <= 0 else min(1.0, compliance / target)
+        delta = min(headroom[ten.id], comp_term)
+        raw = min(sigma**GAMMA, delta)
+        prev = float(st.get("a", 1.0))
+        beta = BETA_DOWN if raw < prev else BETA_UP
+        a = min(1.0, max(0.0, beta * prev + (1.0 - beta) * raw))
+        out[ten.id] = TenantAssurance(a, sigma, headroom[ten.id], compliance, waiting[ten.id])
+    return out
+
+
+def next_state(
+    state: ClusterState, signal: dict[str, TenantAssurance], started: list[str]
+) -> dict[str, dict[str, Any]]:
+    """The opaque ``assurance_state`` to feed back: the signal and decayed QoS counts.
+
+    A guaranteed job counts as *met* when it starts within its tenant's max delay; a pending
+    guaranteed job already past the delay counts once as *missed* (flagged in ``missed``).
+    """
+    snap = state.snapshot
+    prev_state = snap.assurance_state or {}
+    started_set = set(started)
+    out: dict[str, dict[str, Any]] = {}
+    for ten in snap.tenants:
+        st = prev_state.get(ten.id, {})
+        met = float(st.get("met", 0.0)) * DECAY
+        total = float(st.get("total", 0.0)) * DECAY
+        missed_before = set(st.get("missed", []))
+        missed_now: list[str] = []
+        d, _ = max_delay(state, ten.id)
+        for job in state.pending():
+            if job.tenant != ten.id or job.qos != "guaranteed":
+                continue
+            wait = snap.now - job.submit_s
+            if job.id in started_set:
+                if job.id in missed_before:
+                    continue  # already counted as missed
+                total += 1.0
+                met += 1.0 if wait <= d else 0.0
+            elif wait > d:
+                if job.id not in missed_before:
+                    total += 1.0
+                missed_now.append(job.id)
+        out[ten.id] = {
+            "a": round(signal[ten.id].value, 6),
+            "met": round(met, 6),
+            "total": round(total, 6),
+            "missed": sorted(missed_now),
+        }
+    return out

@@ -1,0 +1,1 @@
+"""OR-Tools CP-SAT backend."""

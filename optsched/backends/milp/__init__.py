@@ -1,0 +1,1 @@
+"""HiGHS MILP backend (the ``milp`` extra)."""

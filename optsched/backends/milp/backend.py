@@ -1,0 +1,136 @@
+"""HiGHS MILP backend over the neutral model, in a persistent worker process.
+
+The worker (``worker.py``) is started once per Python process and reused; a solve that runs
+past the deadline is abandoned by killing the worker (a fresh one starts on the next call), so
+``time_limit_s`` holds even when HiGHS overshoots its own limit.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import multiprocessing as mp
+import threading
+import time
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Any, ClassVar
+
+from optsched.backends.base import SolveParams, SolveResult, SolveStatus
+from optsched.backends.milp.worker import ALLOWED_OPTIONS, serve
+from optsched.formulation import build_model, from_assignment, is_feasible, to_assignment
+from optsched.problem import Assignment, EpochProblem
+
+_LOCK = threading.Lock()
+_WORKER: tuple[BaseProcess, Connection] | None = None
+KILL_GRACE_S = 0.05
+
+
+def _worker() -> tuple[BaseProcess, Connection]:
+    global _WORKER
+    if _WORKER is None or not _WORKER[0].is_alive():
+        ctx = mp.get_context("spawn")
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=serve, args=(child,), daemon=True, name="optsched-highs")
+        proc.start()
+        _WORKER = (proc, parent)
+    return _WORKER
+
+
+def _kill_worker() -> None:
+    global _WORKER
+    if _WORKER is not None:
+        proc, conn = _WORKER
+        proc.kill()
+        proc.join(1.0)
+        conn.close()
+        _WORKER = None
+
+
+def map_status(model_status: str, has_solution: bool) -> SolveStatus:
+    """HiGHS model status text -> :class:`SolveStatus`."""
+    if model_status == "Optimal":
+        return SolveStatus.OPTIMAL
+    if model_status == "Infeasible":
+        return SolveStatus.INFEASIBLE
+    if model_status in (
+        "Time limit reached",
+        "Iteration limit reached",
+        "Interrupted by user",
+        "Solution limit reached",
+        "Objective bound",
+        "Objective target",
+    ):
+        return SolveStatus.FEASIBLE if has_solution else SolveStatus.NO_SOLUTION
+    return SolveStatus.ERROR
+
+
+def warm_up() -> None:
+    """Start the worker process ahead of the first solve (it takes a fraction of a second)."""
+    with _LOCK:
+        _worker()
+
+
+class MilpBackend:
+    name: ClassVar[str] = "milp"
+
+    @classmethod
+    def is_available(cls) -> bool:
+        return importlib.util.find_spec("highspy") is not None
+
+    def solve(
+        self, problem: EpochProblem, params: SolveParams, hint: Assignment | None = None
+    ) -> SolveResult:
+        for key in params.extra:
+            if key not in ALLOWED_OPTIONS:
+                raise ValueError(
+                    f"solver option '{key}' is not a known milp parameter (allowed: {sorted(ALLOWED_OPTIONS)})"
+                )
+        t0 = time.monotonic()
+        deadline = t0 + params.time_limit_s
+        lin = build_model(problem)
+        start = None
+        if hint is not None:
+            x0 = from_assignment(lin, problem, hint)
+            if is_feasible(lin, x0):
+                start = x0
+        job: dict[str, Any] = {
+            "lb": lin.lb,
+            "ub": lin.ub,
+            "obj": lin.obj,
+            "rows": [(r.lo, r.hi, list(r.coefs), list(r.coefs.values())) for r in lin.rows],
+            "start": start,
+            "seed": params.seed,
+            "threads": max(1, params.num_workers),
+            "options": dict(params.extra),
+        }
+        with _LOCK:
+            proc, conn = _worker()
+            job["time_limit_s"] = max(0.01, deadline - time.monotonic() - KILL_GRACE_S)
+            conn.send(job)
+            remaining = deadline - time.monotonic()
+            if not conn.poll(max(0.0, remaining)):
+                _kill_worker()
+                return SolveResult(
+                    SolveStatus.NO_SOLUTION,
+                    self.name,
+                    time.monotonic() - t0,
+                    detail="abandoned at the deadline (HiGHS overshot its limit)",
+                )
+            kind, payload = conn.recv()
+        seconds = time.monotonic() - t0
+        if kind != "ok":
+            return SolveResult(SolveStatus.ERROR, self.name, seconds, detail=str(payload))
+        status = map_status(payload["model_status"], payload["x"] is not None)
+        if payload["x"] is None or status not in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE):
+            return SolveResult(status, self.name, seconds, detail=payload["model_status"])
+        values = [round(v) for v in payload["x"]]
+        a = to_assignment(lin, problem, values)
+        return SolveResult(
+            status=status,
+            backend=self.name,
+            seconds=seconds,
+            assignment=a,
+            objective=a.objective(problem),
+            bound=payload["bound"],
+            detail=f"{payload['model_status']}; {lin.n} vars, {len(lin.rows)} rows",
+        )

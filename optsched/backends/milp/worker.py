@@ -1,0 +1,81 @@
+"""The HiGHS solve, run in its own process.
+
+Two reasons for a separate process: OR-Tools and highspy each bundle HiGHS, and loading both
+into one interpreter fails with undefined symbols; and HiGHS can overshoot its time limit, so
+the engine must be able to abandon (kill) a solve at the deadline. This module imports only
+numpy and highspy.
+"""
+
+from __future__ import annotations
+
+import math
+from multiprocessing.connection import Connection
+from typing import Any
+
+ALLOWED_OPTIONS = {
+    "mip_rel_gap",
+    "mip_abs_gap",
+    "presolve",
+    "mip_heuristic_effort",
+    "mip_detect_symmetry",
+    "parallel",
+    "simplex_strategy",
+}
+
+
+def solve_arrays(job: dict[str, Any]) -> dict[str, Any]:
+    """Solve one maximisation MILP given as plain arrays (see ``MilpBackend``)."""
+    import highspy
+    import numpy as np
+
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("time_limit", float(job["time_limit_s"]))
+    h.setOptionValue("random_seed", int(job["seed"]))
+    h.setOptionValue("threads", int(job["threads"]))
+    h.setOptionValue("mip_rel_gap", 1e-4)
+    for key, value in job["options"].items():
+        h.setOptionValue(key, value)
+    n = len(job["lb"])
+    inf = highspy.kHighsInf
+    cost = -np.asarray(job["obj"], dtype=float)  # HiGHS minimises
+    h.addVars(n, np.asarray(job["lb"], dtype=float), np.asarray(job["ub"], dtype=float))
+    h.changeColsCost(n, np.arange(n, dtype=np.int32), cost)
+    h.changeColsIntegrality(
+        n, np.arange(n, dtype=np.int32), np.array([highspy.HighsVarType.kInteger] * n)
+    )
+    for lo, hi, idx, val in job["rows"]:
+        h.addRow(
+            -inf if math.isinf(lo) else lo,
+            inf if math.isinf(hi) else hi,
+            len(idx),
+            np.asarray(idx, dtype=np.int32),
+            np.asarray(val, dtype=float),
+        )
+    if job.get("start") is not None:
+        sol = highspy.HighsSolution()
+        sol.col_value = [float(v) for v in job["start"]]
+        sol.value_valid = True
+        h.setSolution(sol)
+    h.run()
+    model_status = h.modelStatusToString(h.getModelStatus())
+    info = h.getInfo()
+    has_sol = info.primal_solution_status == 2  # kSolutionStatusFeasible
+    return {
+        "model_status": model_status,
+        "x": list(h.getSolution().col_value) if has_sol else None,
+        "objective": -info.objective_function_value if has_sol else None,
+        "bound": -info.mip_dual_bound if math.isfinite(info.mip_dual_bound) else None,
+    }
+
+
+def serve(conn: Connection) -> None:
+    """Worker loop: receive jobs, send results, until ``None`` arrives."""
+    while True:
+        job = conn.recv()
+        if job is None:
+            return
+        try:
+            conn.send(("ok", solve_arrays(job)))
+        except Exception as exc:  # report every failure to the parent, never die silently
+            conn.send(("error", f"{type(exc).__name__}: {exc}"))

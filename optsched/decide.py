@@ -1,0 +1,250 @@
+"""Turn a solver-neutral :class:`~optsched.problem.Assignment` into a :class:`Decision`.
+
+This is where ids come back: counts per GPU type become concrete GPU indices (best-fit on one
+node, else spread over the nodes with most free GPUs), loans are derived from the final use of
+each tenant, and every queued job gets its reason.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from optsched import assurance as asr
+from optsched.predict.base import Predictions
+from optsched.problem import Assignment, EpochProblem
+from optsched.schema.decision import (
+    Decision,
+    JobPrediction,
+    Loan,
+    Preempt,
+    PreemptReason,
+    QueueReason,
+    SolverInfo,
+    Start,
+)
+from optsched.schema.snapshot import GpuRef
+from optsched.state import ClusterState, GpuKey
+
+
+def _free_gpus(state: ClusterState, stopped: set[str]) -> dict[str, list[int]]:
+    """Free GPU indices per available node after the stopped jobs leave."""
+    held: set[GpuKey] = set()
+    for job in state.running():
+        if job.id in stopped:
+            continue
+        assert job.allocation is not None
+        held.update(r.key() for r in job.allocation)
+    free: dict[str, list[int]] = defaultdict(list)
+    for node, gpu in state.cluster_gpus():
+        if (node, gpu) not in held:
+            free[node].append(gpu)
+    return free
+
+
+def _place(free: dict[str, list[int]], nodes: list[str], gpus: int) -> list[GpuRef]:
+    """Best fit on one node; else take from the nodes with most free GPUs."""
+    fits = [n for n in nodes if len(free[n]) >= gpus]
+    if fits:
+        node = min(fits, key=lambda n: (len(free[n]), n))
+        taken, free[node] = free[node][:gpus], free[node][gpus:]
+        return [GpuRef(node=node, gpu=g) for g in taken]
+    out: list[GpuRef] = []
+    for node in sorted(nodes, key=lambda n: (-len(free[n]), n)):
+        if len(out) == gpus:
+            break
+        take = min(gpus - len(out), len(free[node]))
+        out += [GpuRef(node=node, gpu=g) for g in free[node][:take]]
+        free[node] = free[node][take:]
+    if len(out) != gpus:
+        raise AssertionError(f"placement of {gpus} GPUs failed: capacity row violated")
+    return out
+
+
+def to_decision(
+    state: ClusterState,
+    problem: EpochProblem,
+    assignment: Assignment,
+    predictions: Predictions,
+    signal: dict[str, asr.TenantAssurance],
+    solver: SolverInfo,
+    status: str,
+) -> Decision:
+    snap = state.snapshot
+    p = problem
+    # preemptions ---------------------------------------------------------------------
+    preempt: list[Preempt] = []
+    for jid in p.forced:
+        preempt.append(
+            Preempt(
+                job=jid,
+                reason=PreemptReason.NODE_UNAVAILABLE,
+                lost_s=state.job(jid).restart_cost_s,
+            )
+        )
+    for jid in p.evicted:
+        preempt.append(
+            Preempt(
+                job=jid, reason=PreemptReason.INTERFERENCE, lost_s=state.job(jid).restart_cost_s
+            )
+        )
+    for r in sorted(assignment.preempt):
+        run = p.running[r]
+        if run.on_loan:
+            reason = PreemptReason.RECLAIM
+        elif run.guest:
+            reason = PreemptReason.INTERFERENCE
+        else:
+            reason = PreemptReason.PRIORITY
+        preempt.append(Preempt(job=run.job, reason=reason, lost_s=run.lost_s))
+    stopped = {x.job for x in preempt}
+
+    # starts: exclusive placements, largest gangs first -------------------------------------
+    free = _free_gpus(state, stopped)
+    nodes_by_type: dict[str, list[str]] = defaultdict(list)
+    for node in snap.nodes:
+        if node.available:
+            nodes_by_type[node.gpu_type].append(node.id)
+    starts: list[Start] = []
+    order = sorted(assignment.starts, key=lambda j: (-p.pending[j].gpus, p.pending[j].job))
+    for j in order:
+        t, loan = assignment.starts[j]
+        item = p.pending[j]
+        alloc = _place(free, nodes_by_type[p.types[t]], item.gpus)
+        starts.append(Start(job=item.job, allocation=alloc, on_loan=loan))
+    # guests: GPUs of the host that hold no guest yet -----------------------------------------
+    taken: set[GpuKey] = set(
+        k for k, ids in state.gpu_holders.items() if len(ids) > 1 and ids[1] not in stopped
+    )
+    for j in sorted(assignment.guests, key=lambda j: p.pending[j].job):
+        host = p.running[assignment.guests[j]]
+        hjob = state.job(host.job)
+        assert hjob.allocation is not None
+        gpus = [r for r in hjob.allocation if r.key() not in taken][: p.pending[j].gpus]
+        taken.update(r.key() for r in gpus)
+        starts.append(
+            Start(
+                job=p.pending[j].job,
+                allocation=[GpuRef(node=r.node, gpu=r.gpu) for r in gpus],
+                on_loan=False,
+                colocated_with=[host.job],
+            )
+        )
+    started = {s.job for s in starts}
+
+    # loans from final use -----------------------------------------------------------------
+    use: dict[tuple[str, str], int] = defaultdict(int)
+    for job in state.running():
+        if job.id in stopped or job.id in state.host_of:
+            continue
+        use[(job.tenant, state.job_type(job))] += job.gpus
+    for s in starts:
+        if not s.colocated_with:
+            use[(state.job(s.job).tenant, state.node_type(s.allocation[0].node))] += len(
+                s.allocation
+            )
+    loans = derive_loans(state, use, signal)
+
+    # queue with reasons ---------------------------------------------------------------------
+    cap = state.capacity()
+    free_after = {
+        t: cap[t] - sum(v for (_, tt), v in use.items() if tt == t) for t in state.type_names
+    }
+    free_before = {
+        t: cap[t] - sum(r.gpus for r in p.running if not r.guest and p.types[r.type] == t)
+        for t in state.type_names
+    }
+    lent_in: dict[tuple[str, str], int] = defaultdict(int)
+    for ln in loans:
+        lent_in[(ln.borrower, ln.gpu_type)] += ln.gpus
+    queue: list[str] = []
+    reasons: dict[str, QueueReason] = {}
+    pending = [j for j in state.pending() if j.id not in started]
+    pending.sort(key=lambda j: (-p.density.get(j.id, 0.0), j.submit_s, j.id))
+    for job in pending:
+        queue.append(job.id)
+        reasons[job.id] = _reason(state, job.id, cap, free_before, free_after, use)
+    preds = {
+        jid: JobPrediction(
+            runtime_s=round(e.runtime_s, 3),
+            memory_gib=round(e.memory_gib, 3),
+            source=f"runtime:{e.runtime_source},memory:{e.memory_source}",
+        )
+        for jid, e in sorted(predictions.jobs.items())
+    }
+    return Decision(
+        now=snap.now,
+        status=status,  # type: ignore[arg-type]
+        solver=solver,
+        start=sorted(starts, key=lambda s: s.job),
+        preempt=preempt,
+        queue=queue,
+        queue_reasons=reasons,
+        loans=loans,
+        assurance={t: round(signal[t].value, 6) for t in state.tenant_ids},
+        assurance_state=asr.next_state(state, signal, sorted(started)),
+        predictions=preds,
+    )
+
+
+def derive_loans(
+    state: ClusterState, use: dict[tuple[str, str], int], signal: dict[str, asr.TenantAssurance]
+) -> list[Loan]:
+    """Cover each tenant's use above quota with idle quota of others (most assured first)."""
+    loans: list[Loan] = []
+    for t in state.type_names:
+        lenders = []
+        for ten in state.tenant_ids:
+            idle = state.quota(ten, t) - use.get((ten, t), 0)
+            lim = state.lend_limit(ten, t)
+            give = idle if lim is None else min(idle, lim)
+            if give > 0:
+                lenders.append([ten, give])
+        lenders.sort(key=lambda x: (-signal[str(x[0])].value, -int(x[1]), str(x[0])))
+        for ten in state.tenant_ids:
+            need = use.get((ten, t), 0) - state.quota(ten, t)
+            for entry in lenders:
+                if need <= 0:
+                    break
+                lender, avail = str(entry[0]), int(entry[1])
+                if avail <= 0 or lender == ten:
+                    continue
+                g = min(avail, need)
+                loans.append(Loan(lender=lender, borrower=ten, gpu_type=t, gpus=g))
+                entry[1] = avail - g
+                need -= g
+            if need > 0:
+                raise AssertionError(f"tenant {ten} uses {need} '{t}' GPUs no lender covers")
+    return loans
+
+
+def _reason(
+    state: ClusterState,
+    job_id: str,
+    cap: dict[str, int],
+    free_before: dict[str, int],
+    free_after: dict[str, int],
+    use: dict[tuple[str, str], int],
+) -> QueueReason:
+    job = state.job(job_id)
+    allowed = state.allowed_types(job)
+    if all(cap[t] == 0 for t in allowed):
+        return QueueReason.TYPE_UNAVAILABLE
+    if all(cap[t] < job.gpus for t in allowed):
+        return QueueReason.GANG_TOO_LARGE
+    if all(free_after[t] < job.gpus for t in allowed):
+        if any(free_before[t] >= job.gpus for t in allowed):
+            return QueueReason.LOWER_PRIORITY
+        return QueueReason.NO_CAPACITY
+    # capacity exists: it is the quota that stops it
+    for t in allowed:
+        if free_after[t] < job.gpus:
+            continue
+        if use.get((job.tenant, t), 0) + job.gpus <= state.quota(job.tenant, t):
+            return QueueReason.LOWER_PRIORITY
+        bl = state.borrow_limit(job.tenant, t)
+        if (
+            bl is not None
+            and use.get((job.tenant, t), 0) + job.gpus - state.quota(job.tenant, t) > bl
+        ):
+            return QueueReason.BORROW_LIMIT
+    return QueueReason.QUOTA_AND_NO_LENDER

@@ -1,0 +1,251 @@
+"""Random valid snapshots for instances, tests and benchmarks (``optsched generate``).
+
+Sizes:
+
+* ``tiny``: 2 types, 4 nodes, 3 tenants, a dozen jobs;
+* ``venus``: the simulated Venus cluster of Lucid (135 nodes x 8 GPUs, 15 tenants sized as
+  Venus' virtual clusters), about 600 running and 500 pending jobs;
+* ``large``: 10,000 GPUs of three types, 40 tenants, 5,000 pending jobs.
+
+Job sizes follow Venus' skew (most jobs 1 GPU, a tail of 8-64 GPU gangs), runtimes are
+lognormal around Venus' median, and running jobs fill roughly 85% of the GPUs, some of them on
+loan and some as MPS pairs, so every model feature is exercised.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+Size = Literal["tiny", "venus", "large"]
+
+VENUS_VCS = {
+    "vcJsw": 32,
+    "vcvGl": 20,
+    "vcKeu": 12,
+    "vcYVn": 11,
+    "vcefl": 10,
+    "vcEwI": 9,
+    "vcHvQ": 8,
+    "vcLTP": 8,
+    "vc8Gr": 6,
+    "vcWoR": 5,
+    "vcKrE": 4,
+    "vchbv": 4,
+    "vchA3": 3,
+    "vcvlY": 2,
+    "vcgkz": 1,
+}
+GANG_SIZES = np.array([1, 2, 4, 8, 16, 32, 64])
+GANG_PROBS = np.array([0.55, 0.12, 0.12, 0.14, 0.04, 0.02, 0.01])
+
+
+@dataclass(frozen=True)
+class _Spec:
+    types: dict[str, dict[str, Any]]
+    nodes_per_type: dict[str, int]
+    gpus_per_node: int
+    tenants: dict[str, int]  # tenant -> nodes of quota (spread over types)
+    running_fill: float
+    pending: int
+
+
+def _spec(size: Size, rng: np.random.Generator) -> _Spec:
+    if size == "tiny":
+        return _Spec(
+            {
+                "A100": {"memory_gib": 80, "mps": True, "speed": 1.0},
+                "V100": {"memory_gib": 32, "mps": False, "speed": 0.55},
+            },
+            {"A100": 2, "V100": 2},
+            4,
+            {"t0": 2, "t1": 1, "t2": 1},
+            0.6,
+            8,
+        )
+    if size == "venus":
+        return _Spec(
+            {"V100": {"memory_gib": 32, "mps": True, "speed": 1.0}},
+            {"V100": 135},
+            8,
+            dict(VENUS_VCS),
+            0.85,
+            500,
+        )
+    tenants = {f"team{k:02d}": int(n) for k, n in enumerate(rng.integers(5, 60, size=40))}
+    scale = 1250 / sum(tenants.values())
+    tenants = {k: max(1, round(v * scale)) for k, v in tenants.items()}
+    total = sum(tenants.values())
+    return _Spec(
+        {
+            "H100": {"memory_gib": 80, "mps": True, "speed": 1.0},
+            "A100": {"memory_gib": 80, "mps": True, "speed": 0.6},
+            "V100": {"memory_gib": 32, "mps": False, "speed": 0.3},
+        },
+        {"H100": total // 4, "A100": total // 2, "V100": total - total // 4 - total // 2},
+        8,
+        tenants,
+        0.85,
+        5000,
+    )
+
+
+def generate(size: Size = "tiny", seed: int = 0, now: float = 86400.0) -> dict[str, Any]:
+    """A valid format-1 snapshot as a JSON-ready dict."""
+    rng = np.random.default_rng(seed)
+    spec = _spec(size, rng)
+    type_names = list(spec.types)
+    nodes: list[dict[str, Any]] = []
+    for t in type_names:
+        for k in range(spec.nodes_per_type[t]):
+            nodes.append({"id": f"{t.lower()}-{k:04d}", "gpu_type": t, "gpus": spec.gpus_per_node})
+    if size != "tiny" and len(nodes) > 10:
+        nodes[int(rng.integers(len(nodes)))]["available"] = False
+    # quotas: each tenant's nodes spread over types in proportion to the fleet
+    total_nodes = sum(spec.nodes_per_type.values())
+    tenant_nodes = sum(spec.tenants.values())
+    tenants: list[dict[str, Any]] = []
+    for tid, n in spec.tenants.items():
+        quota = {}
+        for t in type_names:
+            share = spec.nodes_per_type[t] / total_nodes * n * total_nodes / tenant_nodes
+            quota[t] = int(share * spec.gpus_per_node)
+        delay = float(rng.choice([600, 1800, 3600, 7200]))
+        tenants.append(
+            {
+                "id": tid,
+                "quota": quota,
+                "borrow_limit": None,
+                "lend_limit": None
+                if rng.random() < 0.8
+                else {type_names[0]: quota[type_names[0]] // 2},
+                "qos": {"max_queue_delay_s": delay, "target": 0.95},
+                "weight": 1.0,
+            }
+        )
+    tids = list(spec.tenants)
+    tprob = np.array([spec.tenants[t] for t in tids], dtype=float)
+    tprob /= tprob.sum()
+
+    def job_fields(k: int, state: str) -> dict[str, Any]:
+        g = int(rng.choice(GANG_SIZES, p=GANG_PROBS))
+        ten = str(rng.choice(tids, p=tprob))
+        guaranteed = rng.random() < 0.6
+        rt = float(np.clip(rng.lognormal(np.log(900), 1.8), 30, 30 * 86400))
+        known = rng.random() < 0.7
+        return {
+            "id": f"{state[0]}{k:05d}",
+            "tenant": ten,
+            "qos": "guaranteed" if guaranteed else "best_effort",
+            "gpus": g,
+            "gpu_types": None if rng.random() < 0.7 else [str(rng.choice(type_names))],
+            "state": state,
+            "runtime_s": round(rt, 1) if known else None,
+            "memory_gib": round(float(rng.uniform(2, 30)), 1) if rng.random() < 0.8 else None,
+            "restart_cost_s": round(float(rng.uniform(0, 600)), 1),
+            "features": {
+                "user": f"u{int(rng.integers(0, 200)):03d}",
+                "name": f"job-{int(rng.integers(0, 50))}",
+            },
+        }
+
+    # running jobs: fill each type, respecting quotas (own) or marking on loan
+    free = {n["id"]: list(range(n["gpus"])) for n in nodes if n.get("available", True)}
+    node_type = {n["id"]: n["gpu_type"] for n in nodes}
+    use: dict[tuple[str, str], int] = {}
+    quota = {(t["id"], ty): t["quota"][ty] for t in tenants for ty in type_names}
+    lendable = {ty: sum(quota[(t, ty)] for t in tids) for ty in type_names}
+    jobs: list[dict[str, Any]] = []
+    target = spec.running_fill * sum(len(v) for v in free.values())
+    placed = 0
+    k = 0
+    attempts = 0
+    while placed < target and attempts < 20000:
+        attempts += 1
+        j = job_fields(k, "running")
+        allowed = j["gpu_types"] or type_names
+        cands = [n for n in free if node_type[n] in allowed and len(free[n]) >= j["gpus"]]
+        if not cands and j["gpus"] > spec.gpus_per_node:
+            cands = [n for n in free if node_type[n] in allowed and free[n]]
+        if not cands:
+            continue
+        ty = node_type[cands[0]]
+        cands = [n for n in cands if node_type[n] == ty]
+        u = use.get((j["tenant"], ty), 0)
+        over = u + j["gpus"] > quota[(j["tenant"], ty)]
+        if over and (
+            lendable[ty] - sum(use.get((t, ty), 0) for t in tids) < j["gpus"]
+            or j["qos"] == "guaranteed"
+        ):
+            continue
+        alloc: list[dict[str, Any]] = []
+        for n in sorted(cands, key=lambda n: -len(free[n])):
+            take = min(j["gpus"] - len(alloc), len(free[n]))
+            alloc += [{"node": n, "gpu": g} for g in free[n][:take]]
+            free[n] = free[n][take:]
+            if len(alloc) == j["gpus"]:
+                break
+        if len(alloc) < j["gpus"]:
+            continue
+        use[(j["tenant"], ty)] = u + j["gpus"]
+        j["gpu_types"] = j["gpu_types"] if j["gpu_types"] is None or ty in j["gpu_types"] else None
+        start = now - float(rng.uniform(0, 20000))
+        j.update(
+            {
+                "allocation": alloc,
+                "start_s": round(start, 1),
+                "on_loan": bool(over),
+                "submit_s": round(start - float(rng.uniform(0, 3000)), 1),
+            }
+        )
+        if over:
+            j["qos"] = "best_effort"
+        jobs.append(j)
+        placed += j["gpus"]
+        k += 1
+    # a few MPS pairs: a small best-effort guest on a shareable best-effort host
+    mps_types = {t for t in type_names if spec.types[t]["mps"]}
+    hosts = [
+        j
+        for j in jobs
+        if j["qos"] == "best_effort"
+        and node_type[j["allocation"][0]["node"]] in mps_types
+        and j["memory_gib"] is not None
+        and j["memory_gib"] < 12
+    ]
+    for h in hosts[: max(1, len(hosts) // 10)]:
+        g = jobs_guest = job_fields(k, "running")
+        k += 1
+        g.update(
+            {
+                "qos": "best_effort",
+                "gpus": 1,
+                "gpu_types": None,
+                "memory_gib": 4.0,
+                "allocation": [h["allocation"][0]],
+                "start_s": h["start_s"],
+                "on_loan": False,
+                "submit_s": h["submit_s"],
+                "colocated": True,
+                "guest_of": h["id"],
+                "shareable": True,
+            }
+        )
+        h["colocated"] = True
+        h["shareable"] = True
+        jobs.append(jobs_guest)
+    for p in range(spec.pending):
+        j = job_fields(p, "pending")
+        j["submit_s"] = round(now - float(rng.exponential(2400)), 1)
+        jobs.append(j)
+    return {
+        "format": 1,
+        "now": now,
+        "epoch_s": 60.0,
+        "gpu_types": spec.types,
+        "nodes": nodes,
+        "tenants": tenants,
+        "jobs": jobs,
+    }
