@@ -1,0 +1,222 @@
+"""LightGBMPredictor: the shipped boosters of ``models/`` behind the Predictor protocol.
+
+``lightgbm`` is imported only when a booster is loaded. Each of the three predictors is
+optional: one whose folder is missing is replaced by the fallback rules of
+:class:`~optsched.predict.fallback.EstimatePredictor`, and every estimate names its source:
+
+* runtime: ``model:runtime/<version>`` (always, when loaded; unknown features are missing
+  values for LightGBM), else ``estimate`` / ``default``;
+* memory: ``model:memory/<version>`` when the job's ``features`` name at least its ``model``
+  (a measured profile, times the pair margin, if ``(model, dataset, batchsize, amp)`` is in
+  the shipped table; the booster times its margin otherwise), else the snapshot's
+  ``memory_gib`` (``estimate``), else the full memory of the largest allowed GPU
+  (``default``). A prediction never exceeds that full memory;
+* pair speeds: ``model:interference/<version>`` when both jobs' profiles
+  ``(model, dataset, batchsize, amp)`` are in the shipped table (``profiles.json``), else the
+  fallback's pessimistic ``default``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from optsched.predict.base import JobEstimate, PairEstimate, Predictions
+from optsched.predict.fallback import DEFAULT_PAIR_SPEED, DEFAULT_RUNTIME_S
+from optsched.predict.features import (
+    FEATURES,
+    PROFILE_COLUMNS,
+    ProfileKey,
+    Row,
+    encode,
+    job_runtime_row,
+    memory_row,
+    pair_row,
+    profile_key,
+)
+
+if TYPE_CHECKING:
+    from optsched.schema.snapshot import Job
+    from optsched.state import ClusterState
+
+PREDICTORS: tuple[str, ...] = ("runtime", "memory", "interference")
+MIN_SPEED = 0.05
+MIN_RUNTIME_S = 1.0
+
+
+class ModelCardError(ValueError):
+    """A model folder is inconsistent (its card's features differ from the code's)."""
+
+
+def _version_key(name: str) -> tuple[int, str]:
+    m = re.fullmatch(r"v(\d+)", name)
+    return (int(m.group(1)) if m else -1, name)
+
+
+def latest_version(folder: Path) -> Path | None:
+    """The highest ``v<N>`` subfolder of ``folder`` holding a ``model.txt``, or ``None``."""
+    if not folder.is_dir():
+        return None
+    cands = [p for p in folder.iterdir() if (p / "model.txt").is_file()]
+    if not cands:
+        return None
+    return max(cands, key=lambda p: _version_key(p.name))
+
+
+@dataclass(frozen=True)
+class Booster:
+    """One loaded booster with its card."""
+
+    predictor: str
+    version: str
+    booster: Any
+    card: dict[str, Any]
+    folder: Path
+
+    @property
+    def source(self) -> str:
+        return f"model:{self.predictor}/{self.version}"
+
+    @classmethod
+    def load(cls, folder: Path) -> Booster:
+        """Load ``folder/{model.txt, card.json}``.
+
+        Raises
+        ------
+        ModelCardError
+            If the card's features are not this code's feature list for that predictor.
+        ImportError
+            If lightgbm is not installed.
+        """
+        import lightgbm
+
+        card = json.loads((folder / "card.json").read_text())
+        predictor = str(card["predictor"])
+        if predictor not in FEATURES:
+            raise ModelCardError(f"{folder}: unknown predictor '{predictor}'")
+        if list(card["features"]) != list(FEATURES[predictor]):
+            raise ModelCardError(
+                f"{folder}/card.json: features differ from optsched.predict.features.FEATURES"
+                f"['{predictor}']; retrain with `optsched train`"
+            )
+        booster = lightgbm.Booster(model_file=str(folder / "model.txt"))
+        return cls(predictor, str(card["version"]), booster, card, folder)
+
+    def predict(self, rows: list[Row]) -> np.ndarray:
+        """Raw output for feature rows (categories encoded with the card's vocabulary)."""
+        if not rows:
+            return np.zeros(0)
+        x = encode(rows, FEATURES[self.predictor], self.card["vocab"])
+        return np.asarray(self.booster.predict(x, num_threads=1), dtype=np.float64)
+
+
+def _max_memory(state: ClusterState, job: Job) -> float:
+    types = state.snapshot.gpu_types
+    return max(types[t].memory_gib for t in state.allowed_types(job))
+
+
+class LightGBMPredictor:
+    """Predictor backed by the boosters in a ``models/`` folder.
+
+    Parameters
+    ----------
+    models_dir:
+        Folder with ``<predictor>/<version>/{model.txt, card.json}``; the latest version of
+        each predictor is loaded. Missing predictors fall back (see the module docstring).
+
+    Raises
+    ------
+    ImportError
+        If lightgbm is not installed and at least one booster exists.
+    ModelCardError
+        If a card does not match the code's features.
+    """
+
+    name = "lightgbm"
+
+    def __init__(self, models_dir: Path | str) -> None:
+        self.models_dir = Path(models_dir)
+        self.boosters: dict[str, Booster] = {}
+        for pred in PREDICTORS:
+            folder = latest_version(self.models_dir / pred)
+            if folder is not None:
+                self.boosters[pred] = Booster.load(folder)
+        self._profiles: dict[ProfileKey, dict[str, float]] = {}
+        for pred in ("interference", "memory"):
+            b = self.boosters.get(pred)
+            if b is not None and (b.folder / "profiles.json").is_file():
+                for r in json.loads((b.folder / "profiles.json").read_text()):
+                    key = (str(r["model"]), str(r["dataset"]), int(r["batchsize"]), int(r["amp"]))
+                    self._profiles[key] = {c: float(r[c]) for c in PROFILE_COLUMNS}
+
+    @property
+    def missing(self) -> tuple[str, ...]:
+        """Predictors without a booster (served by the fallback rules)."""
+        return tuple(p for p in PREDICTORS if p not in self.boosters)
+
+    # -------------------------------------------------------------------------- jobs
+    def predict_jobs(self, state: ClusterState) -> Predictions:
+        jobs = list(state.snapshot.jobs)
+        rt_b = self.boosters.get("runtime")
+        runtimes: list[tuple[float, str]]
+        if rt_b is not None:
+            raw = rt_b.predict([job_runtime_row(j) for j in jobs])
+            runtimes = [(max(MIN_RUNTIME_S, float(np.expm1(v))), rt_b.source) for v in raw]
+        else:
+            runtimes = [
+                (j.runtime_s, "estimate")
+                if j.runtime_s is not None
+                else (DEFAULT_RUNTIME_S, "default")
+                for j in jobs
+            ]
+        memories = self._memories(state, jobs)
+        out = {
+            j.id: JobEstimate(rt, mem, rsrc, msrc)
+            for j, (rt, rsrc), (mem, msrc) in zip(jobs, runtimes, memories, strict=True)
+        }
+        return Predictions(jobs=out, source=self.name if not self.missing else "lightgbm+fallback")
+
+    def _memories(self, state: ClusterState, jobs: list[Job]) -> list[tuple[float, str]]:
+        mb = self.boosters.get("memory")
+        out: list[tuple[float, str] | None] = [None] * len(jobs)
+        todo: list[int] = []
+        for i, job in enumerate(jobs):
+            feats = job.features or {}
+            if mb is not None and feats.get("model") is not None:
+                key = profile_key(feats)
+                if key is not None and key in self._profiles:
+                    margin = float(mb.card.get("profile_margin", 1.0))
+                    mib = self._profiles[key]["gmem"] * margin
+                    out[i] = (min(mib / 1024.0, _max_memory(state, job)), mb.source)
+                else:
+                    todo.append(i)
+            elif job.memory_gib is not None:
+                out[i] = (job.memory_gib, "estimate")
+            else:
+                out[i] = (_max_memory(state, job), "default")
+        if todo and mb is not None:
+            raw = mb.predict([memory_row(jobs[i].features) for i in todo])
+            margin = float(mb.card.get("margin", 1.0))
+            for i, v in zip(todo, raw, strict=True):
+                gib = math.exp(float(v)) * margin / 1024.0
+                out[i] = (min(gib, _max_memory(state, jobs[i])), mb.source)
+        return [o for o in out if o is not None]
+
+    # -------------------------------------------------------------------------- pairs
+    def predict_pair(self, state: ClusterState, host: Job, guest: Job) -> PairEstimate:
+        b = self.boosters.get("interference")
+        hf, gf = host.features or {}, guest.features or {}
+        if b is None:
+            return PairEstimate(DEFAULT_PAIR_SPEED, DEFAULT_PAIR_SPEED, "default")
+        hk, gk = profile_key(hf), profile_key(gf)
+        if hk not in self._profiles or gk not in self._profiles:
+            return PairEstimate(DEFAULT_PAIR_SPEED, DEFAULT_PAIR_SPEED, "default")
+        raw = b.predict([pair_row(hf, gf, self._profiles), pair_row(gf, hf, self._profiles)])
+        hs, gs = (float(np.clip(v, MIN_SPEED, 1.0)) for v in raw)
+        return PairEstimate(hs, gs, b.source)
