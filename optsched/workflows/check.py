@@ -132,8 +132,7 @@ def check_workflow_plan(state: ClusterState, plan: WorkflowPlan) -> list[Violati
             if a.model != u.model:
                 out.append(
                     _v(
-                        f"unit '{u.id}' fuses '{aid}' of model '{a.model}' into a "
-                        f"'{u.model}' unit",
+                        f"unit '{u.id}' fuses '{aid}' of model '{a.model}' into a '{u.model}' unit",
                         u.id,
                         aid,
                     )
@@ -141,9 +140,7 @@ def check_workflow_plan(state: ClusterState, plan: WorkflowPlan) -> list[Violati
                 ok = False
             for dep in a.after:
                 if dep in members and dep not in seen_before:
-                    out.append(
-                        _v(f"unit '{u.id}': '{aid}' comes before its dependency '{dep}'", u.id)
-                    )
+                    out.append(_v(f"unit '{u.id}': '{aid}' comes before its dependency '{dep}'", u.id))
                     ok = False
             seen_before.add(aid)
             akey = (u.session, aid)
@@ -159,9 +156,7 @@ def check_workflow_plan(state: ClusterState, plan: WorkflowPlan) -> list[Violati
             out.append(_v(f"unit '{u.id}' starts at {u.start_s}, before now {now}", u.id))
             ok = False
         if u.device.key() not in devices:
-            out.append(
-                _v(f"unit '{u.id}' runs on {u.device.node}/{u.device.gpu}, not a pool GPU", u.id)
-            )
+            out.append(_v(f"unit '{u.id}' runs on {u.device.node}/{u.device.gpu}, not a pool GPU", u.id))
             ok = False
         if ok:
             good_units.append(u)
@@ -227,18 +222,14 @@ def check_workflow_plan(state: ClusterState, plan: WorkflowPlan) -> list[Violati
                 )
         for p, q in itertools.pairwise(units):
             if q.start_s < p.end_s - EPS:
-                out.append(
-                    _v(f"units '{p.id}' and '{q.id}' overlap on {key[0]}/{key[1]}", p.id, q.id)
-                )
+                out.append(_v(f"units '{p.id}' and '{q.id}' overlap on {key[0]}/{key[1]}", p.id, q.id))
 
     # ---------------------------------------------------------------- rules 7-9: residency
     actions_by_dev: dict[GpuKey, list[ModelAction]] = defaultdict(list)
     for k, act in enumerate(plan.model_actions):
         key = act.device.key()
         if key not in devices:
-            out.append(
-                _v(f"model_actions[{k}] on {act.device.node}/{act.device.gpu}, not a pool GPU")
-            )
+            out.append(_v(f"model_actions[{k}] on {act.device.node}/{act.device.gpu}, not a pool GPU"))
             continue
         if act.model not in wf.models:
             out.append(_v(f"model_actions[{k}] names unknown model '{act.model}'"))
@@ -254,9 +245,7 @@ def check_workflow_plan(state: ClusterState, plan: WorkflowPlan) -> list[Violati
         intervals: dict[str, list[list[float]]] = defaultdict(list)
         for m in dev.resident:
             intervals[m].append([now, now, float("inf")])
-        acts = sorted(
-            actions_by_dev.get(key, []), key=lambda a: (a.at_s, a.action != "evict", a.model)
-        )
+        acts = sorted(actions_by_dev.get(key, []), key=lambda a: (a.at_s, a.action != "evict", a.model))
         for act in acts:
             ivs = intervals[act.model]
             current = ivs[-1] if ivs and ivs[-1][2] == float("inf") else None
@@ -285,10 +274,7 @@ def check_workflow_plan(state: ClusterState, plan: WorkflowPlan) -> list[Violati
             used += delta
             if used > dev_mem[key] + EPS:
                 out.append(
-                    _v(
-                        f"{where} holds {used:.1f} GiB of models at {t:.3f}, "
-                        f"the GPU has {dev_mem[key]:.1f}"
-                    )
+                    _v(f"{where} holds {used:.1f} GiB of models at {t:.3f}, the GPU has {dev_mem[key]:.1f}")
                 )
                 break
         # loaded before use
@@ -307,7 +293,5 @@ def check_workflow_plan(state: ClusterState, plan: WorkflowPlan) -> list[Violati
             end = device_free_at(state, key)
             ivs = intervals.get(a.model, [])
             if not any(r <= now + EPS and end <= until + EPS for r, _, until in ivs):
-                out.append(
-                    _v(f"'{a.model}' is evicted from {where} while '{aid}' still runs on it", aid)
-                )
+                out.append(_v(f"'{a.model}' is evicted from {where} while '{aid}' still runs on it", aid))
     return out

@@ -1,0 +1,364 @@
+r"""The workflow planner: one CP-SAT model per epoch over a rolling window, greedy fallback.
+
+:func:`plan_workflows` is what :func:`optsched.epoch.solve_epoch` calls. Steps:
+
+1. :func:`~optsched.workflows.problem.build_problem` — predictor, constructor (fusion
+   alternatives), DAG forecast (release times, ranks, model demand).
+2. The greedy list schedule (:data:`~optsched.workflows.greedy.OURS_GREEDY`: shortest remaining
+   session work first, earliest finish with setup, load-ahead, demand-aware eviction). It is
+   the fallback and the CP-SAT hint.
+3. The *window*: the first ``window`` activations of the greedy order (closed under
+   dependencies). CP-SAT chooses alternatives, device and order jointly on the window:
+
+   .. math::
+
+      \sum_{c \ni a} sel_c = 1 \quad \forall a; \qquad \sum_d x_{cd} = sel_c; \qquad
+      x_{cd} \Rightarrow e_c = s_c + p_{cd},\; s_c \ge free_d; \qquad s_c \ge r_c
+
+      NoOverlap_d(\{[s_c, s_c + p_{cd}) : x_{cd}\}); \qquad
+      sel_c \wedge sel_{c'} \Rightarrow s_c \ge e_{c'} \text{ if } c \text{ depends on } c'
+
+      x_{cd} \Rightarrow keep_{dm} \text{ (m resident) or } (ld_{dm} \wedge
+      s_c \ge ls_{dm} + L_{dm}); \quad NoOverlap_d(\text{loads}); \quad
+      \sum_m mem_m (keep_{dm} + ld_{dm}) \le M_d
+
+   objective :math:`\min \sum_s w_s C_s + \beta\, T + \gamma(\sum p_{cd} x_{cd} +
+   \sum L_{dm} ld_{dm}) - \epsilon \sum L_{dm} keep_{dm}` with :math:`C_s \ge e_c`,
+   :math:`T \ge C_s`. Evicting a resident model happens at ``now`` (or, for the model of a
+   running activation, when the device is free; loads then start no earlier).
+4. The rest of the pending activations (the tail) are list-scheduled after the window from the
+   residency CP-SAT left. The plan with the better predicted score (CP-SAT+tail or greedy)
+   wins; the result is checked by invariant 6 and replaced by the greedy plan if it fails.
+
+``time_limit_s`` is a hard deadline for the whole call: CP-SAT gets what is left after steps 1–2
+minus a margin; when it returns no solution in time the greedy plan is returned with
+``status="fallback"``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from ortools.sat.python import cp_model
+
+from optsched.schema.decision import WorkflowPlan
+from optsched.state import ClusterState
+from optsched.workflows.check import check_workflow_plan
+from optsched.workflows.greedy import (
+    OURS_GREEDY,
+    DevState,
+    ListPolicy,
+    Placed,
+    Schedule,
+    list_schedule,
+)
+from optsched.workflows.predictor import Predictor
+from optsched.workflows.problem import ActKey, Cand, Problem, build_problem
+
+SCALE = 100
+"""CP-SAT time unit: 1/100 s."""
+
+
+@dataclass(frozen=True)
+class PlannerConfig:
+    """Knobs of the CP-SAT planner."""
+
+    window: int = 48
+    """Pending activations given to CP-SAT per epoch (the rest are list-scheduled)."""
+    beta_tail: float = 0.0
+    """Weight of the window makespan; 0 = number of sessions in the window / 4."""
+    gamma_gpu: float = 0.3
+    """Weight of GPU-seconds (compute + loading)."""
+    num_workers: int = 1
+    margin_s: float = 0.05
+    fusion: bool = True
+
+
+def score(prob: Problem, sched: Schedule, cfg: PlannerConfig) -> float:
+    """Predicted quality of a schedule (lower is better), the CP-SAT objective over all units."""
+    comp: dict[str, float] = {}
+    gpu = 0.0
+    for p in sched.placed:
+        comp[p.cand.session] = max(comp.get(p.cand.session, prob.now), p.end)
+        gpu += p.end - p.start
+    for d, m, what, _ in sched.actions:
+        if what == "load":
+            gpu += prob.load[(m, prob.devices[d].gtype)]
+    if not comp:
+        return 0.0
+    beta = cfg.beta_tail or max(1.0, len(comp) / 4.0)
+    total = sum(prob.session_weight[s] * (c - prob.now) for s, c in comp.items())
+    return total + beta * (max(comp.values()) - prob.now) + cfg.gamma_gpu * gpu
+
+
+def plan_workflows(
+    state: ClusterState,
+    *,
+    time_limit_s: float,
+    seed: int = 0,
+    predictor: Predictor | None = None,
+    config: PlannerConfig | None = None,
+) -> WorkflowPlan:
+    """Plan every pending activation of ``state``; always returns a plan passing invariant 6."""
+    t0 = time.monotonic()
+    deadline = t0 + max(0.0, time_limit_s)
+    cfg = config or PlannerConfig()
+    prob = build_problem(state, predictor, fusion=cfg.fusion)
+    if not prob.acts:
+        return WorkflowPlan(status="optimal", notes=["no pending activation"])
+    greedy_policy = replace(OURS_GREEDY, fusion=cfg.fusion)
+    greedy = list_schedule(prob, greedy_policy)
+    g_plan = greedy.to_plan(prob, "fallback", ["greedy list schedule"])
+    left = deadline - time.monotonic() - cfg.margin_s
+    if left < 0.02:
+        g_plan.notes.append("no time left for CP-SAT")
+        return g_plan
+    result = _solve_window(prob, greedy, cfg, left * 0.85, seed, greedy_policy)
+    if result is None:
+        g_plan.notes.append("CP-SAT found no solution in time")
+        return g_plan
+    sched, status, note = result
+    if score(prob, sched, cfg) > score(prob, greedy, cfg) + 1e-6:
+        g_plan.status = "feasible"
+        g_plan.notes = ["greedy list schedule (scored better than the CP-SAT window)", note]
+        return g_plan
+    plan = sched.to_plan(prob, status, [note])
+    bad = check_workflow_plan(state, plan)
+    if bad:
+        g_plan.notes.append(f"CP-SAT plan rejected by invariant 6: {bad[0]}")
+        return g_plan
+    return plan
+
+
+def _ceil(x: float) -> int:
+    return max(0, math.ceil(x * SCALE - 1e-7))
+
+
+def _solve_window(
+    prob: Problem,
+    greedy: Schedule,
+    cfg: PlannerConfig,
+    limit_s: float,
+    seed: int,
+    tail_policy: ListPolicy,
+) -> tuple[Schedule, str, str] | None:
+    now = prob.now
+    order = sorted(greedy.placed, key=lambda p: (p.start, p.dev))
+    window: set[ActKey] = set()
+    for p in order:
+        if len(window) + len(p.cand.members) > cfg.window and window:
+            break
+        window.update((p.cand.session, a) for a in p.cand.members)
+    cands = [c for c in prob.cands if all((c.session, a) in window for a in c.members)]
+    devs = prob.devices
+    nd = len(devs)
+    m = cp_model.CpModel()
+
+    hz = float(max(_ceil(d.free_at - now) for d in devs))
+    hz += max(_ceil(prob.acts[k].release - now) for k in window)
+    hz += sum(max(c.dur.values()) for c in cands if c.kind == "single") * SCALE
+    hz += sum(_ceil(v) for v in prob.load.values()) + SCALE
+    horizon = int(hz)
+
+    sel = [m.new_bool_var(f"sel{i}") for i in range(len(cands))]
+    s = [m.new_int_var(0, horizon, f"s{i}") for i in range(len(cands))]
+    e = [m.new_int_var(0, horizon, f"e{i}") for i in range(len(cands))]
+    x: dict[tuple[int, int], cp_model.IntVar] = {}
+    dur: dict[tuple[int, int], int] = {}
+    by_dev: dict[int, list[cp_model.IntervalVar]] = {d: [] for d in range(nd)}
+    for i, c in enumerate(cands):
+        rel = max(prob.acts[(c.session, a)].release for a in c.members if not _dep_in(c, a, prob))
+        m.add(s[i] >= _ceil(rel - now))
+        m.add(e[i] >= s[i])
+        opts = []
+        for d, dev in enumerate(devs):
+            if not prob.fits(c.model, dev):
+                continue
+            v = m.new_bool_var(f"x{i}_{d}")
+            pd = max(1, _ceil(c.dur[dev.gtype]))
+            x[(i, d)], dur[(i, d)] = v, pd
+            by_dev[d].append(m.new_optional_fixed_size_interval_var(s[i], pd, v, f"iv{i}_{d}"))
+            m.add(e[i] == s[i] + pd).only_enforce_if(v)
+            m.add(s[i] >= _ceil(dev.free_at - now)).only_enforce_if(v)
+            opts.append(v)
+        if not opts:
+            return None
+        m.add(sum(opts) == sel[i])
+    for k in window:
+        m.add_exactly_one(sel[i] for i, c in enumerate(cands) if c.session == k[0] and k[1] in c.members)
+    # precedence
+    holders: dict[ActKey, list[int]] = {}
+    for i, c in enumerate(cands):
+        for a in c.members:
+            holders.setdefault((c.session, a), []).append(i)
+    for i, c in enumerate(cands):
+        for a in c.members:
+            for dep in prob.acts[(c.session, a)].deps:
+                if dep in c.members:
+                    continue
+                for j in holders[(c.session, dep)]:
+                    if j == i:
+                        continue
+                    if set(cands[j].members) & set(c.members):
+                        continue
+                    m.add(s[i] >= e[j]).only_enforce_if([sel[i], sel[j]])
+    # residency
+    keep: dict[tuple[int, str], cp_model.IntVar] = {}
+    ld: dict[tuple[int, str], cp_model.IntVar] = {}
+    ls: dict[tuple[int, str], cp_model.IntVar] = {}
+    load_len: dict[tuple[int, str], int] = {}
+    obj_terms: list[cp_model.LinearExprT] = []
+    for d, dev in enumerate(devs):
+        used_models = sorted({cands[i].model for (i, dd) in x if dd == d})
+        for mod in dev.resident:
+            keep[(d, mod)] = m.new_bool_var(f"keep{d}_{mod}")
+            if mod in dev.pinned:
+                m.add(keep[(d, mod)] == 1)
+        loads = []
+        for mod in used_models:
+            if mod in dev.resident:
+                continue
+            ld[(d, mod)] = m.new_bool_var(f"ld{d}_{mod}")
+            ls[(d, mod)] = m.new_int_var(0, horizon, f"ls{d}_{mod}")
+            load_len[(d, mod)] = max(1, _ceil(prob.load[(mod, dev.gtype)]))
+            loads.append(
+                m.new_optional_fixed_size_interval_var(
+                    ls[(d, mod)], load_len[(d, mod)], ld[(d, mod)], f"load{d}_{mod}"
+                )
+            )
+            for pm in dev.pinned:
+                m.add(ls[(d, mod)] >= _ceil(dev.free_at - now)).only_enforce_if(keep[(d, pm)].Not())
+        m.add_no_overlap(loads)
+        m.add_no_overlap(by_dev[d])
+        for (i, dd), v in x.items():
+            if dd != d:
+                continue
+            mod = cands[i].model
+            if mod in dev.resident:
+                m.add_implication(v, keep[(d, mod)])
+            else:
+                m.add_implication(v, ld[(d, mod)])
+                m.add(s[i] >= ls[(d, mod)] + load_len[(d, mod)]).only_enforce_if(v)
+        mem_terms = [round(prob.mem[mod] * 1000) * keep[(d, mod)] for mod in dev.resident]
+        mem_terms += [round(prob.mem[mod] * 1000) * ld[(d, mod)] for mod in used_models if (d, mod) in ld]
+        m.add(sum(mem_terms) <= math.floor(dev.mem_gib * 1000 + 1e-6))
+    # objective
+    sessions = sorted({c.session for c in cands})
+    comp = {sid: m.new_int_var(0, horizon, f"C{sid}") for sid in sessions}
+    for i, c in enumerate(cands):
+        m.add(comp[c.session] >= e[i])
+    tmax = m.new_int_var(0, horizon, "T")
+    for v in comp.values():
+        m.add(tmax >= v)
+    beta = cfg.beta_tail or max(1.0, len(sessions) / 4.0)
+    w = {sid: prob.session_weight[sid] for sid in sessions}
+    gam = cfg.gamma_gpu
+    obj_terms += [round(10 * w[sid]) * comp[sid] for sid in sessions]
+    obj_terms.append(round(10 * beta) * tmax)
+    obj_terms += [round(10 * gam * dur[k]) * v for k, v in x.items()]
+    obj_terms += [round(10 * gam * load_len[k]) * v for k, v in ld.items()]
+    obj_terms += [
+        -round(prob.load[(mod, devs[d].gtype)] * SCALE) * v
+        for (d, mod), v in keep.items()
+        if prob.demand.get(mod, 0.0) > 0
+    ]
+    m.minimize(sum(obj_terms))
+
+    # hint from the greedy schedule
+    g_units = {(p.cand.session, p.cand.members): p for p in greedy.placed}
+    for i, c in enumerate(cands):
+        gp = g_units.get((c.session, c.members))
+        m.add_hint(sel[i], gp is not None)
+        if gp is not None:
+            m.add_hint(s[i], _ceil(gp.start - now))
+        for d in range(nd):
+            if (i, d) in x:
+                m.add_hint(x[(i, d)], gp is not None and gp.dev == d)
+
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(0.01, limit_s)
+    solver.parameters.num_workers = cfg.num_workers
+    solver.parameters.random_seed = seed
+    status = solver.solve(m)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None
+
+    sched = Schedule()
+    states = [DevState(free_at=dv.free_at, load_free_at=now, models={}) for dv in devs]
+    for d, dev in enumerate(devs):
+        for mod in dev.resident:
+            if solver.value(keep[(d, mod)]):
+                last = dev.free_at if mod in dev.pinned else now
+                states[d].models[mod] = [now, last]
+            else:
+                at = dev.free_at if mod in dev.pinned else now
+                sched.actions.append((d, mod, "evict", at))
+        for (dd, mod), v in ld.items():
+            if dd == d and solver.value(v):
+                at = now + solver.value(ls[(d, mod)]) / SCALE
+                ready = at + prob.load[(mod, dev.gtype)]
+                sched.actions.append((d, mod, "load", at))
+                states[d].models[mod] = [ready, ready]
+                states[d].load_free_at = max(
+                    states[d].load_free_at,
+                    now + (solver.value(ls[(d, mod)]) + load_len[(d, mod)]) / SCALE,
+                )
+    win_end: dict[ActKey, float] = {}
+    for (i, d), v in sorted(x.items()):
+        if not solver.value(v):
+            continue
+        c = cands[i]
+        st, en = now + solver.value(s[i]) / SCALE, now + solver.value(e[i]) / SCALE
+        sched.placed.append(Placed(cand=c, dev=d, start=st, end=en))
+        states[d].free_at = max(states[d].free_at, en)
+        states[d].models[c.model][1] = max(states[d].models[c.model][1], en)
+        for a in c.members:
+            win_end[(c.session, a)] = en
+    # tail: everything outside the window, list-scheduled after it
+    tail_acts = {k: a for k, a in prob.acts.items() if k not in window}
+    if tail_acts:
+        new_acts = dict(prob.acts)
+        for k, ta in tail_acts.items():
+            rel = ta.release
+            deps = []
+            for dep in ta.deps:
+                if (k[0], dep) in win_end:
+                    rel = max(rel, win_end[(k[0], dep)])
+                else:
+                    deps.append(dep)
+            new_acts[k] = replace(ta, deps=tuple(deps), release=rel)
+        tail_prob = replace(prob, acts=new_acts)
+        tail_units = [c for c in _select_tail(prob, tail_acts, tail_policy)]
+        tail = list_schedule(tail_prob, tail_policy, units=tail_units, states=states)
+        sched.placed += tail.placed
+        sched.actions += tail.actions
+    label = "optimal" if status == cp_model.OPTIMAL and not tail_acts else "feasible"
+    note = (
+        f"CP-SAT {solver.status_name(status)} on {len(window)} of {len(prob.acts)} "
+        f"activations in {solver.wall_time:.3f}s (objective {solver.objective_value:.0f}, "
+        f"bound {solver.best_objective_bound:.0f})"
+    )
+    return sched, label, note
+
+
+def _dep_in(c: Cand, a: str, prob: Problem) -> bool:
+    """True when ``a`` depends on another member of ``c`` (its release is then irrelevant)."""
+    return any(dep in c.members for dep in prob.acts[(c.session, a)].deps)
+
+
+def _select_tail(prob: Problem, tail: Mapping[ActKey, object], policy: ListPolicy) -> list[Cand]:
+    covered: set[ActKey] = set()
+    chosen: list[Cand] = []
+    rank = {"siblings": 0, "chain": 1, "single": 2}
+    for c in sorted(prob.cands, key=lambda c: (rank[c.kind], -len(c.members), c.session, c.members)):
+        if c.kind != "single" and not policy.fusion:
+            continue
+        keys = [(c.session, a) for a in c.members]
+        if any(k not in tail or k in covered for k in keys):
+            continue
+        covered.update(keys)
+        chosen.append(c)
+    return chosen
