@@ -156,9 +156,7 @@ def _msgs(state: ClusterState, plan: WorkflowPlan) -> str:
 def test_dependency_on_unit_violated(state: ClusterState) -> None:
     plan = _edit(good_plan(), u2={"start_s": 108.0, "end_s": 109.0})  # d before u1 ends
     plan = _edit(plan, u1={"start_s": 105.0, "end_s": 108.5})
-    plan.units[1] = plan.units[1].model_copy(
-        update={"device": N2, "start_s": 107.0, "end_s": 108.0}
-    )
+    plan.units[1] = plan.units[1].model_copy(update={"device": N2, "start_s": 107.0, "end_s": 108.0})
     assert "before unit 'u1'" in _msgs(state, plan)
 
 
@@ -206,9 +204,7 @@ def test_evicted_during_use(state: ClusterState) -> None:
 
 
 def test_evict_under_running_activation(state: ClusterState) -> None:
-    plan = WorkflowPlan(
-        model_actions=[ModelAction(device=N1, model="small", action="evict", at_s=100.0)]
-    )
+    plan = WorkflowPlan(model_actions=[ModelAction(device=N1, model="small", action="evict", at_s=100.0)])
     assert "still runs on it" in _msgs(state, plan)
 
 
@@ -219,9 +215,7 @@ def test_memory_exceeded(state: ClusterState) -> None:
 
 
 def test_memory_exceeded_on_small_gpu(state: ClusterState) -> None:
-    plan = WorkflowPlan(
-        model_actions=[ModelAction(device=N2, model="big", action="load", at_s=100.0)]
-    )
+    plan = WorkflowPlan(model_actions=[ModelAction(device=N2, model="big", action="load", at_s=100.0)])
     assert "the GPU has 24.0" in _msgs(state, plan)
 
 
