@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
 
     warnings.showwarning = _show
     try:
-        app(args=argv, standalone_mode=False)
+        rc = app(args=argv, standalone_mode=False)
     except SnapshotError as exc:
         typer.echo(f"error: {exc}", err=True)
         return 2
@@ -258,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         typer.echo(f"error: internal error: {type(exc).__name__}: {exc}", err=True)
         return 1
-    return 0
+    return rc if isinstance(rc, int) else 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -185,7 +185,7 @@ def add_capacity_and_loans(m: LinearModel, p: EpochProblem) -> None:
 
 
 def add_preemption_rules(m: LinearModel, p: EpochProblem) -> None:
-    """Invariant 3 is enforced by construction: only candidates have a preemption variable.
+    r"""Invariant 3 is enforced by construction: only candidates have a preemption variable.
 
     The rows added here keep running guests consistent: a guest runs on its host's GPUs, so
     stopping the host stops the guest (:math:`z_h \le z_g`).

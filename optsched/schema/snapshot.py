@@ -15,9 +15,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
 
-NonNegFloat = float
 FeatureValue = str | float | int | bool
 
 
@@ -53,20 +52,11 @@ class Tenant(_Strict):
     """A tenant with guaranteed quota per GPU type."""
 
     id: str = Field(min_length=1)
-    quota: dict[str, int] = Field(default_factory=dict)
-    borrow_limit: dict[str, int] | None = None
-    lend_limit: dict[str, int] | None = None
+    quota: dict[str, NonNegativeInt] = Field(default_factory=dict)
+    borrow_limit: dict[str, NonNegativeInt] | None = None
+    lend_limit: dict[str, NonNegativeInt] | None = None
     qos: TenantQos | None = None
     weight: float = Field(default=1.0, gt=0, allow_inf_nan=False)
-
-    @model_validator(mode="after")
-    def _non_negative(self) -> Tenant:
-        for name in ("quota", "borrow_limit", "lend_limit"):
-            table = getattr(self, name)
-            for key, value in (table or {}).items():
-                if value < 0:
-                    raise ValueError(f"{name}.{key}: must be >= 0, got {value}")
-        return self
 
 
 class GpuRef(_Strict):

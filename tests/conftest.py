@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from optsched.backends import available_backends
+
+ROOT = Path(__file__).resolve().parents[1]
+INSTANCES = ROOT / "instances"
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "backend" in metafunc.fixturenames:
+        metafunc.parametrize("backend", available_backends())
+
+
+@pytest.fixture
+def tiny() -> Callable[[str], dict[str, Any]]:
+    """Load a hand-made instance by name (a fresh copy each call)."""
+    cache: dict[str, dict[str, Any]] = {}
+
+    def load(name: str) -> dict[str, Any]:
+        if name not in cache:
+            cache[name] = json.loads((INSTANCES / "tiny" / f"{name}.json").read_text())
+        return copy.deepcopy(cache[name])
+
+    return load
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _warm_milp_worker() -> None:
+    """Start the HiGHS worker process once, so its start-up is not charged to a test's deadline."""
+    if "milp" in available_backends():
+        from optsched.backends.milp.backend import warm_up
+
+        warm_up()

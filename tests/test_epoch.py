@@ -1,0 +1,114 @@
+"""Every backend's decision passes the checker; determinism; agreement; deadline."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from optsched import solve_epoch
+from optsched.backends.base import SolveParams
+from optsched.generate import generate
+from optsched.predict.fallback import EstimatePredictor
+from optsched.state import load_state
+from optsched.testing import assert_decision_valid
+from tests.conftest import INSTANCES
+
+TINY = sorted(p.stem for p in (INSTANCES / "tiny").glob("*.json"))
+FALLBACK = EstimatePredictor()
+
+
+def params(backend: str, limit: float = 2.0) -> SolveParams:
+    return SolveParams(backend=backend, time_limit_s=limit, seed=0, num_workers=1)
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_tiny_instances_pass_the_checker(backend: str, name: str, tiny: Callable[[str], dict[str, Any]]) -> None:
+    state = load_state(tiny(name))
+    d = solve_epoch(state, params=params(backend), predictor=FALLBACK)
+    assert_decision_valid(state, d)
+    assert d.status in (("optimal", "feasible") if backend != "greedy" else ("fallback",))
+
+
+@pytest.mark.parametrize(("size", "seed"), [("tiny", s) for s in range(12)] + [("venus", 0), ("venus", 1)])
+def test_generated_snapshots_pass_the_checker(backend: str, size: str, seed: int) -> None:
+    state = load_state(generate(size, seed))  # type: ignore[arg-type]
+    d = solve_epoch(state, params=params(backend, 2.0), predictor=FALLBACK)
+    assert_decision_valid(state, d)
+    pending = {j.id for j in state.pending()}
+    assert {s.job for s in d.start} | set(d.queue) == pending
+    assert set(d.queue_reasons) == set(d.queue)
+
+
+def test_same_snapshot_and_seed_give_the_same_decision(backend: str) -> None:
+    snap = generate("tiny", 5)
+    a = solve_epoch(snap, params=params(backend), predictor=FALLBACK)
+    b = solve_epoch(snap, params=params(backend), predictor=FALLBACK)
+    strip = {"solver": True}
+    assert a.model_dump_json(exclude=strip) == b.model_dump_json(exclude=strip)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_exact_backends_agree_and_beat_greedy(seed: int) -> None:
+    snap = generate("tiny", seed)
+    objs = {}
+    for b in ("cpsat", "milp", "greedy"):
+        d = solve_epoch(snap, params=params(b), predictor=FALLBACK)
+        objs[b] = (d.status, d.solver.objective)
+    assert objs["cpsat"][0] == objs["milp"][0] == "optimal"
+    assert objs["cpsat"][1] == pytest.approx(objs["milp"][1], rel=1e-4)
+    assert objs["cpsat"][1] >= objs["greedy"][1] - 1e-6
+
+
+def test_a_tiny_time_limit_gives_a_labelled_valid_fallback(backend: str) -> None:
+    state = load_state(generate("venus", 0))
+    d = solve_epoch(state, params=params(backend, 0.001), predictor=FALLBACK)
+    assert_decision_valid(state, d)
+    if backend != "greedy":
+        assert d.status == "fallback"
+        assert d.solver.fallback_reason
+
+
+def test_milp_is_abandoned_at_the_deadline_when_highs_overshoots(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A HiGHS worker that never answers is killed; the engine answers with the fallback."""
+    from optsched.backends.milp import backend as milp
+
+    monkeypatch.setattr(milp, "KILL_GRACE_S", 0.0)
+    real_worker = milp._worker
+
+    class Silent:
+        def send(self, job: Any) -> None:  # swallow the job: the solver "overshoots"
+            pass
+
+        def poll(self, timeout: float) -> bool:
+            return False
+
+    def fake() -> Any:
+        proc, _ = real_worker()
+        return proc, Silent()
+
+    monkeypatch.setattr(milp, "_worker", fake)
+    state = load_state(generate("tiny", 1))
+    d = solve_epoch(state, params=params("milp", 0.3), predictor=FALLBACK)
+    assert d.status == "fallback"
+    assert "abandoned" in (d.solver.fallback_reason or "")
+    assert_decision_valid(state, d)
+
+
+def test_options_in_the_snapshot_select_the_backend() -> None:
+    snap = generate("tiny", 2)
+    snap["options"] = {"backend": "greedy", "time_limit_s": 0.5}
+    d = solve_epoch(snap, predictor=FALLBACK)
+    assert d.solver.backend == "greedy"
+    assert d.status == "fallback"
+
+
+def test_every_instance_file_is_a_valid_snapshot() -> None:
+    files = sorted(Path(INSTANCES).rglob("*.json"))
+    assert files
+    for f in files:
+        if f.parent.name == "workflows" or "decision" in f.name:
+            continue
+        load_state(f.read_text())
