@@ -77,7 +77,9 @@ def train_cmd(
             prog.update(task, description=f"training {msg}")
 
         try:
-            folders = train_models(tdir, out, seed, runtime_trace, step=_advancing(prog, task, step))
+            folders = train_models(
+                tdir, out, seed, runtime_trace, step=_advancing(prog, task, step)
+            )
         except FileNotFoundError as exc:
             typer.echo(f"error: --traces: {exc}", err=True)
             raise typer.Exit(2) from None
@@ -85,7 +87,9 @@ def train_cmd(
         typer.echo(f"{name}: {folder}")
 
 
-def _advancing(prog: Progress, task: TaskID, inner: Callable[[str], None]) -> Callable[[str], None]:
+def _advancing(
+    prog: Progress, task: TaskID, inner: Callable[[str], None]
+) -> Callable[[str], None]:
     """A step callback that also advances the bar (after the first step)."""
     started = {"n": 0}
 

@@ -5,7 +5,7 @@ readers return one canonical table with the columns of :data:`JOB_COLUMNS`:
 
 * ``tenant``, ``user``, ``name`` and the other ``Job.features`` keys of
   :mod:`optsched.predict.features` (``None``/NaN where the trace lacks them);
-* ``submit_s`` (seconds from a midnight origin whose weekday is ``t0_weekday``), ``end_s``,
+* ``submit_s`` (seconds from the trace's origin), ``end_s``,
   ``runtime_s``.
 
 Trace-specific choices (documented in ``docs/predictors.md``):
@@ -47,7 +47,6 @@ JOB_COLUMNS: tuple[str, ...] = (
     "dataset",
     "batchsize",
     "amp",
-    "t0_weekday",
     "submit_s",
     "end_s",
     "runtime_s",
@@ -115,7 +114,6 @@ def load_openb(path: Path) -> pd.DataFrame:
             "gpu_type": raw["gpu_spec"].where(raw["gpu_spec"].notna(), None),
             "cpu_num": raw["cpu_milli"].astype(float) / 1000.0,
             "mem_gib": raw["memory_mib"].astype(float) / 1024.0,
-            "t0_weekday": 0,
             "submit_s": raw["creation_time"].astype(float),
             "end_s": raw["deletion_time"].astype(float),
         }
@@ -139,7 +137,6 @@ def load_alibaba2025(path: Path) -> pd.DataFrame:
             "gpus": raw["gpu_request"].astype(float),
             "cpu_num": raw["cpu_request"].astype(float),
             "mem_gib": raw["memory_request"].astype(float),
-            "t0_weekday": 0,
             "submit_s": raw["creation_time"].astype(float),
             "end_s": raw["deletion_time"].astype(float),
         }
@@ -152,7 +149,7 @@ def load_venus(path: Path) -> pd.DataFrame:
     """A Venus surrogate log (Lucid's ``cluster_full_log`` schema) as a canonical job table.
 
     The durations of the surrogate are SYNTHETIC. ``submit_s`` counts from midnight of the
-    first real day (2020-09-01, a Tuesday: ``t0_weekday == 1``).
+    first real day (2020-09-01).
     """
     import pandas as pd
 
@@ -175,7 +172,6 @@ def load_venus(path: Path) -> pd.DataFrame:
             "dataset": raw["dataset"].astype(str),
             "batchsize": raw["batchsize"].astype(float),
             "amp": raw["amp"].astype(float),
-            "t0_weekday": int(origin.weekday()),
             "submit_s": submit.astype(float),
             "runtime_s": raw["duration"].astype(float),
         }

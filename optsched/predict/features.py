@@ -1,19 +1,19 @@
 """Feature rows of the three predictors: the only place features are defined.
 
 Runtime features (:data:`RUNTIME_FEATURES`) are known at submission: the tenant, the job's
-``features`` (keys below), the GPU request, the hour and weekday of ``submit_s`` and the
+``features`` (keys below), the GPU request, the hour of ``submit_s`` and the
 ``hist_*`` statistics of :class:`~optsched.predict.history.RuntimeHistory`.
 
 Job feature keys read from ``Job.features`` (all optional; a missing one is a missing value):
 
-``user``, ``name`` (job name; its first alphabetic token is used), ``model``, ``dataset``
-(str), ``batchsize`` (int), ``amp`` (0/1), ``cpu_num`` (cores), ``node_num``, ``mem_gib``
-(requested host memory), ``gpu_milli`` (fraction of a GPU in thousandths, fractional-GPU
-traces), ``gpu_type``, ``t0_weekday`` (weekday of ``submit_s == 0``, 0 = Monday; default 0)
-and the ``hist_*`` keys of :data:`~optsched.predict.history.HIST_KEYS`.
+``user`` (read by :class:`~optsched.predict.history.RuntimeHistory`), ``name`` (job name;
+its first alphabetic token is used), ``model``, ``dataset`` (str), ``batchsize`` (int),
+``amp`` (0/1), ``cpu_num`` (cores), ``node_num``, ``mem_gib`` (requested host memory),
+``gpu_milli`` (fraction of a GPU in thousandths, fractional-GPU traces), ``gpu_type`` and the
+``hist_*`` keys of :data:`~optsched.predict.history.HIST_KEYS`.
 
-Time convention: ``submit_s`` counts seconds from an origin at midnight of day ``t0_weekday``;
-``hour = (submit_s mod 86400) / 3600`` and ``weekday = (t0_weekday + submit_s // 86400) mod 7``.
+Time convention: ``submit_s`` counts seconds from an origin at midnight;
+``hour = (submit_s mod 86400) / 3600``.
 
 Categorical values are encoded with the vocabulary stored in each model's ``card.json``
 (unknown values become missing), so encoding is deterministic and needs no pandas.
@@ -38,8 +38,6 @@ Value = str | float | int | bool | None
 Row = dict[str, Value]
 
 RUNTIME_CATEGORICAL: tuple[str, ...] = (
-    "tenant",
-    "user",
     "name_tok",
     "gpu_type",
     "model",
@@ -54,9 +52,11 @@ RUNTIME_NUMERIC: tuple[str, ...] = (
     "batchsize",
     "amp",
     "hour",
-    "weekday",
     *HIST_KEYS,
 )
+"""Tenant and user enter through their ``hist_*`` statistics, not as category ids: ids
+memorise the training period and scored worse on every future split (as did the weekday,
+on traces a month long)."""
 RUNTIME_FEATURES: tuple[str, ...] = RUNTIME_CATEGORICAL + RUNTIME_NUMERIC
 
 MEMORY_CATEGORICAL: tuple[str, ...] = ("model", "dataset")
@@ -124,8 +124,6 @@ def runtime_row(
 ) -> Row:
     """The runtime feature row of one job from submit-time information only."""
     f = features or {}
-    t0 = _num(f.get("t0_weekday"))
-    t0 = 0.0 if math.isnan(t0) else t0
     row: Row = {
         "tenant": _str(tenant),
         "user": _str(f.get("user")),
@@ -141,7 +139,6 @@ def runtime_row(
         "batchsize": _num(f.get("batchsize")),
         "amp": _num(f.get("amp")),
         "hour": (submit_s % 86400.0) / 3600.0,
-        "weekday": float((int(t0) + int(submit_s // 86400.0)) % 7),
     }
     for key in HIST_KEYS:
         row[key] = _num(f.get(key))
