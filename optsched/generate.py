@@ -40,6 +40,8 @@ VENUS_VCS = {
 }
 GANG_SIZES = np.array([1, 2, 4, 8, 16, 32, 64])
 GANG_PROBS = np.array([0.55, 0.12, 0.12, 0.14, 0.04, 0.02, 0.01])
+RUNNING_GANG_PROBS = np.array([0.8, 0.1, 0.05, 0.045, 0.005, 0.0, 0.0])
+"""Running jobs skew smaller (big gangs finish or wait), giving ~600 running at Venus size."""
 
 
 @dataclass(frozen=True)
@@ -130,7 +132,8 @@ def generate(size: Size = "tiny", seed: int = 0, now: float = 86400.0) -> dict[s
     tprob /= tprob.sum()
 
     def job_fields(k: int, state: str) -> dict[str, Any]:
-        g = int(rng.choice(GANG_SIZES, p=GANG_PROBS))
+        probs = RUNNING_GANG_PROBS if state == "running" and size != "tiny" else GANG_PROBS
+        g = int(rng.choice(GANG_SIZES, p=probs))
         ten = str(rng.choice(tids, p=tprob))
         guaranteed = rng.random() < 0.6
         rt = float(np.clip(rng.lognormal(np.log(900), 1.8), 30, 30 * 86400))

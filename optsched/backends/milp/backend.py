@@ -22,6 +22,7 @@ from optsched.problem import Assignment, EpochProblem
 
 _LOCK = threading.Lock()
 _WORKER: tuple[BaseProcess, Connection] | None = None
+_READY = {"ok": False}
 KILL_GRACE_S = 0.05
 
 
@@ -33,7 +34,18 @@ def _worker() -> tuple[BaseProcess, Connection]:
         proc = ctx.Process(target=serve, args=(child,), daemon=True, name="optsched-highs")
         proc.start()
         _WORKER = (proc, parent)
+        _READY["ok"] = False
     return _WORKER
+
+
+def _wait_ready(conn: Connection, timeout: float) -> bool:
+    """Consume the worker's ready message; ``False`` if it did not come in time."""
+    if _READY["ok"]:
+        return True
+    if conn.poll(max(0.0, timeout)):
+        kind, _ = conn.recv()
+        _READY["ok"] = kind == "ready"
+    return _READY["ok"]
 
 
 def _kill_worker() -> None:
@@ -64,10 +76,21 @@ def map_status(model_status: str, has_solution: bool) -> SolveStatus:
     return SolveStatus.ERROR
 
 
-def warm_up() -> None:
-    """Start the worker process ahead of the first solve (it takes a fraction of a second)."""
+def is_warm() -> bool:
+    """Whether the worker process is running and has HiGHS loaded."""
     with _LOCK:
-        _worker()
+        if _WORKER is None or not _WORKER[0].is_alive():
+            return False
+        return _wait_ready(_WORKER[1], 0.0)
+
+
+def warm_up(wait: bool = True) -> None:
+    """Start the worker process ahead of the first solve (it takes a fraction of a second);
+    with ``wait``, block until it has HiGHS loaded."""
+    with _LOCK:
+        _, conn = _worker()
+        if wait:
+            _wait_ready(conn, 30.0)
 
 
 class MilpBackend:
@@ -105,6 +128,11 @@ class MilpBackend:
         }
         with _LOCK:
             proc, conn = _worker()
+            if not _wait_ready(conn, deadline - time.monotonic()):
+                return SolveResult(
+                    SolveStatus.NO_SOLUTION, self.name, time.monotonic() - t0,
+                    detail="the HiGHS worker was still starting at the deadline",
+                )
             job["time_limit_s"] = max(0.01, deadline - time.monotonic() - KILL_GRACE_S)
             conn.send(job)
             remaining = deadline - time.monotonic()

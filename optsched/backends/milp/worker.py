@@ -70,7 +70,11 @@ def solve_arrays(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def serve(conn: Connection) -> None:
-    """Worker loop: receive jobs, send results, until ``None`` arrives."""
+    """Worker loop: say ready once HiGHS is imported, then receive jobs and send results
+    until ``None`` arrives."""
+    import highspy  # noqa: F401
+
+    conn.send(("ready", None))
     while True:
         job = conn.recv()
         if job is None:
