@@ -40,13 +40,17 @@ def main() -> None:
             state = load_state(generate(size, seed))  # type: ignore[arg-type]
             n_run = len(state.running())
             n_pend = len(state.pending())
-            ref = solve_epoch(state, params=SolveParams(backend="milp", time_limit_s=args.reference_s), predictor=pred)
+            ref = solve_epoch(
+                state, params=SolveParams(backend="milp", time_limit_s=args.reference_s), predictor=pred
+            )
             ref_bound = ref.solver.bound if ref.status != "fallback" else None
             best_ref = ref.solver.objective or 0.0
             results = {}
             for b in ("greedy", "cpsat", "milp"):
                 t0 = time.perf_counter()
-                d = solve_epoch(state, params=SolveParams(backend=b, time_limit_s=args.limit_s), predictor=pred)
+                d = solve_epoch(
+                    state, params=SolveParams(backend=b, time_limit_s=args.limit_s), predictor=pred
+                )
                 wall = time.perf_counter() - t0
                 assert_decision_valid(state, d)
                 results[b] = (wall, d)
@@ -56,9 +60,12 @@ def main() -> None:
                 obj = d.solver.objective or 0.0
                 gap = (bound - obj) / bound if bound else 0.0
                 rows.append((size, seed, n_run, n_pend, b, d.status, wall, wall / gw, obj, bound, gap))
-                print(f"{size:6s} seed {seed} run {n_run:5d} pend {n_pend:5d} {b:6s} {d.status:9s} "
-                      f"{wall:7.3f}s ({wall / gw:6.1f}x greedy) obj {obj:14.1f} ref-bound {bound:14.1f} "
-                      f"gap {100 * gap:6.2f}%", flush=True)
+                print(
+                    f"{size:6s} seed {seed} run {n_run:5d} pend {n_pend:5d} {b:6s} {d.status:9s} "
+                    f"{wall:7.3f}s ({wall / gw:6.1f}x greedy) obj {obj:14.1f} ref-bound {bound:14.1f} "
+                    f"gap {100 * gap:6.2f}%",
+                    flush=True,
+                )
     lines = [
         "| size | seeds | running | pending | backend | status | seconds (mean) | x greedy | gap to reference bound (mean, max) |",
         "|---|---|---|---|---|---|---|---|---|",

@@ -84,7 +84,7 @@ def _after(state: ClusterState, decision: Decision) -> _After:
         if s.allocation and s.allocation[0].node in state.node_index:
             types[s.job] = state.node_type(s.allocation[0].node)
     # hosts first on each GPU
-    for key, ids in holders.items():
+    for ids in holders.values():
         ids.sort(key=lambda j: j in guests)
     return _After(holders, guests, types, preempted, started)
 
@@ -121,9 +121,7 @@ def check_gpu_sharing(state: ClusterState, decision: Decision, after: _After) ->
         mems = [_memory(j, state, decision) for j in ids]
         if any(m is None for m in mems):
             out.append(
-                Violation(
-                    1, f"{where}: memory of {ids} unknown, cannot prove the pair fits", tuple(ids)
-                )
+                Violation(1, f"{where}: memory of {ids} unknown, cannot prove the pair fits", tuple(ids))
             )
         elif sum(m for m in mems if m is not None) > gtype.memory_gib + EPS:
             out.append(
@@ -166,23 +164,15 @@ def check_placement(state: ClusterState, decision: Decision, after: _After) -> l
         types: set[str] = set()
         for ref in s.allocation:
             if ref.node not in state.node_index:
-                out.append(
-                    Violation(2, f"job '{s.job}' placed on unknown node '{ref.node}'", (s.job,))
-                )
+                out.append(Violation(2, f"job '{s.job}' placed on unknown node '{ref.node}'", (s.job,)))
                 continue
             node = state.snapshot.nodes[state.node_index[ref.node]]
             if ref.gpu >= node.gpus:
                 out.append(
-                    Violation(
-                        2, f"job '{s.job}' placed on missing GPU {ref.node}/{ref.gpu}", (s.job,)
-                    )
+                    Violation(2, f"job '{s.job}' placed on missing GPU {ref.node}/{ref.gpu}", (s.job,))
                 )
             if not node.available:
-                out.append(
-                    Violation(
-                        2, f"job '{s.job}' placed on unavailable node '{ref.node}'", (s.job,)
-                    )
-                )
+                out.append(Violation(2, f"job '{s.job}' placed on unavailable node '{ref.node}'", (s.job,)))
             if ref.key() in state.pool_gpus:
                 out.append(
                     Violation(
@@ -198,16 +188,12 @@ def check_placement(state: ClusterState, decision: Decision, after: _After) -> l
         for t in types:
             if t not in allowed:
                 out.append(
-                    Violation(
-                        2, f"job '{s.job}' placed on type '{t}', allowed {list(allowed)}", (s.job,)
-                    )
+                    Violation(2, f"job '{s.job}' placed on type '{t}', allowed {list(allowed)}", (s.job,))
                 )
         if s.colocated_with:
             for host in s.colocated_with:
                 if host not in state.job_index or host == s.job:
-                    out.append(
-                        Violation(2, f"job '{s.job}' names unknown host '{host}'", (s.job,))
-                    )
+                    out.append(Violation(2, f"job '{s.job}' names unknown host '{host}'", (s.job,)))
             for ref in s.allocation:
                 others = [j for j in after.holders.get(ref.key(), []) if j != s.job]
                 if not any(h in others for h in s.colocated_with):
@@ -225,20 +211,14 @@ def check_placement(state: ClusterState, decision: Decision, after: _After) -> l
         assert job.allocation is not None
         bad = [r.node for r in job.allocation if not state.node_available(r.node)]
         if bad:
-            out.append(
-                Violation(
-                    2, f"running job '{job.id}' kept on unavailable node '{bad[0]}'", (job.id,)
-                )
-            )
+            out.append(Violation(2, f"running job '{job.id}' kept on unavailable node '{bad[0]}'", (job.id,)))
     # a GPU given twice to jobs that are not an MPS host/guest pair
     for key, ids in sorted(after.holders.items()):
         if len(ids) == 2:
             a, b = ids
             paired = after.guests.get(b) and a in after.guests[b]
             if not paired and not (a in after.guests and b in after.guests[a]):
-                out.append(
-                    Violation(2, f"GPU {key[0]}/{key[1]} given to both '{a}' and '{b}'", (a, b))
-                )
+                out.append(Violation(2, f"GPU {key[0]}/{key[1]} given to both '{a}' and '{b}'", (a, b)))
     return out
 
 
@@ -264,11 +244,7 @@ def check_preemption(state: ClusterState, decision: Decision, after: _After) -> 
             out.append(Violation(3, f"'{p.job}' is not preemptible", (p.job,)))
             continue
         if p.reason == PreemptReason.NODE_UNAVAILABLE and not on_bad_node:
-            out.append(
-                Violation(
-                    3, f"'{p.job}' preempted for node_unavailable on available nodes", (p.job,)
-                )
-            )
+            out.append(Violation(3, f"'{p.job}' preempted for node_unavailable on available nodes", (p.job,)))
         if p.reason == PreemptReason.RECLAIM and not job.on_loan:
             out.append(Violation(3, f"'{p.job}' reclaimed but it does not run on loan", (p.job,)))
         # a guaranteed job inside its quota is never preempted for another tenant
@@ -310,9 +286,7 @@ def tenant_use(state: ClusterState, after: _After) -> dict[tuple[str, str], int]
     return use
 
 
-def check_capacity_and_loans(
-    state: ClusterState, decision: Decision, after: _After
-) -> list[Violation]:
+def check_capacity_and_loans(state: ClusterState, decision: Decision, after: _After) -> list[Violation]:
     """Invariant 4."""
     out: list[Violation] = []
     cap = state.capacity()
@@ -346,22 +320,14 @@ def check_capacity_and_loans(
             li, lo = lent_in[(ten, t)], lent_out[(ten, t)]
             if u > q + li:
                 out.append(
-                    Violation(
-                        4, f"tenant '{ten}' uses {u} '{t}' GPUs: quota {q} + loans {li}", (ten,)
-                    )
+                    Violation(4, f"tenant '{ten}' uses {u} '{t}' GPUs: quota {q} + loans {li}", (ten,))
                 )
             bl = state.borrow_limit(ten, t)
             if bl is not None and li > bl:
-                out.append(
-                    Violation(
-                        4, f"tenant '{ten}' borrows {li} '{t}' GPUs, borrow_limit {bl}", (ten,)
-                    )
-                )
+                out.append(Violation(4, f"tenant '{ten}' borrows {li} '{t}' GPUs, borrow_limit {bl}", (ten,)))
             ll = state.lend_limit(ten, t)
             if ll is not None and lo > ll:
-                out.append(
-                    Violation(4, f"tenant '{ten}' lends {lo} '{t}' GPUs, lend_limit {ll}", (ten,))
-                )
+                out.append(Violation(4, f"tenant '{ten}' lends {lo} '{t}' GPUs, lend_limit {ll}", (ten,)))
             if lo > 0 and u + lo > q:
                 out.append(
                     Violation(
@@ -395,9 +361,7 @@ def check_capacity_and_loans(
                 )
     for s in decision.start:
         if s.colocated_with and s.on_loan:
-            out.append(
-                Violation(4, f"guest '{s.job}' uses no quota and cannot be on loan", (s.job,))
-            )
+            out.append(Violation(4, f"guest '{s.job}' uses no quota and cannot be on loan", (s.job,)))
     return out
 
 
@@ -416,14 +380,10 @@ def check_start_or_queue(state: ClusterState, decision: Decision) -> list[Violat
             out.append(Violation(5, f"running job '{jid}' in start/queue", (jid,)))
     for job in state.pending():
         if count[job.id] != 1:
-            out.append(
-                Violation(5, f"pending job '{job.id}' appears {count[job.id]} times", (job.id,))
-            )
+            out.append(Violation(5, f"pending job '{job.id}' appears {count[job.id]} times", (job.id,)))
     for jid in decision.queue_reasons:
         if jid not in set(decision.queue):
-            out.append(
-                Violation(5, f"queue reason given for '{jid}', which is not queued", (jid,))
-            )
+            out.append(Violation(5, f"queue reason given for '{jid}', which is not queued", (jid,)))
     return out
 
 

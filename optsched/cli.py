@@ -76,9 +76,7 @@ def emit(text: str, out: Path | None) -> None:
 
 @app.callback()
 def _main(
-    debug: Annotated[
-        bool, typer.Option("--debug", help="Show tracebacks of internal errors.")
-    ] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks of internal errors.")] = False,
 ) -> None:
     _DEBUG["on"] = debug
 
@@ -86,9 +84,7 @@ def _main(
 @app.command()
 def solve(
     snapshot: Annotated[str, typer.Argument(help="Snapshot JSON file, or - for stdin.")],
-    out: Annotated[
-        Path | None, typer.Option("-o", "--out", help="Write the decision here.")
-    ] = None,
+    out: Annotated[Path | None, typer.Option("-o", "--out", help="Write the decision here.")] = None,
     backend: Annotated[str | None, typer.Option(help="cpsat, milp or greedy.")] = None,
     time_limit: Annotated[
         float | None, typer.Option("--time-limit", help="Seconds for the whole call.")
@@ -184,7 +180,9 @@ def schema(
     """Print the JSON Schema generated from the pydantic models."""
     from optsched.schema import Decision, Snapshot
 
-    models = {"snapshot": Snapshot, "decision": Decision}
+    from pydantic import BaseModel
+
+    models: dict[str, type[BaseModel]] = {"snapshot": Snapshot, "decision": Decision}
     if which not in models:
         fail("which", f"unknown schema '{which}' (snapshot, decision)")
     emit(json.dumps(models[which].model_json_schema(), indent=1, sort_keys=True), out)

@@ -83,9 +83,7 @@ def to_decision(
         )
     for jid in p.evicted:
         preempt.append(
-            Preempt(
-                job=jid, reason=PreemptReason.INTERFERENCE, lost_s=state.job(jid).restart_cost_s
-            )
+            Preempt(job=jid, reason=PreemptReason.INTERFERENCE, lost_s=state.job(jid).restart_cost_s)
         )
     for r in sorted(assignment.preempt):
         run = p.running[r]
@@ -139,16 +137,12 @@ def to_decision(
         use[(job.tenant, state.job_type(job))] += job.gpus
     for s in starts:
         if not s.colocated_with:
-            use[(state.job(s.job).tenant, state.node_type(s.allocation[0].node))] += len(
-                s.allocation
-            )
+            use[(state.job(s.job).tenant, state.node_type(s.allocation[0].node))] += len(s.allocation)
     loans = derive_loans(state, use, signal)
 
     # queue with reasons ---------------------------------------------------------------------
     cap = state.capacity()
-    free_after = {
-        t: cap[t] - sum(v for (_, tt), v in use.items() if tt == t) for t in state.type_names
-    }
+    free_after = {t: cap[t] - sum(v for (_, tt), v in use.items() if tt == t) for t in state.type_names}
     free_before = {
         t: cap[t] - sum(r.gpus for r in p.running if not r.guest and p.types[r.type] == t)
         for t in state.type_names
@@ -173,7 +167,7 @@ def to_decision(
     }
     return Decision(
         now=snap.now,
-        status=status,  # type: ignore[arg-type]
+        status=status,
         solver=solver,
         start=sorted(starts, key=lambda s: s.job),
         preempt=preempt,
@@ -192,25 +186,24 @@ def derive_loans(
     """Cover each tenant's use above quota with idle quota of others (most assured first)."""
     loans: list[Loan] = []
     for t in state.type_names:
-        lenders = []
+        avail: dict[str, int] = {}
         for ten in state.tenant_ids:
             idle = state.quota(ten, t) - use.get((ten, t), 0)
             lim = state.lend_limit(ten, t)
             give = idle if lim is None else min(idle, lim)
             if give > 0:
-                lenders.append([ten, give])
-        lenders.sort(key=lambda x: (-signal[str(x[0])].value, -int(x[1]), str(x[0])))
+                avail[ten] = give
+        order = sorted(avail, key=lambda x: (-signal[x].value, -avail[x], x))
         for ten in state.tenant_ids:
             need = use.get((ten, t), 0) - state.quota(ten, t)
-            for entry in lenders:
+            for lender in order:
                 if need <= 0:
                     break
-                lender, avail = str(entry[0]), int(entry[1])
-                if avail <= 0 or lender == ten:
+                if avail[lender] <= 0 or lender == ten:
                     continue
-                g = min(avail, need)
+                g = min(avail[lender], need)
                 loans.append(Loan(lender=lender, borrower=ten, gpu_type=t, gpus=g))
-                entry[1] = avail - g
+                avail[lender] -= g
                 need -= g
             if need > 0:
                 raise AssertionError(f"tenant {ten} uses {need} '{t}' GPUs no lender covers")
@@ -242,9 +235,6 @@ def _reason(
         if use.get((job.tenant, t), 0) + job.gpus <= state.quota(job.tenant, t):
             return QueueReason.LOWER_PRIORITY
         bl = state.borrow_limit(job.tenant, t)
-        if (
-            bl is not None
-            and use.get((job.tenant, t), 0) + job.gpus - state.quota(job.tenant, t) > bl
-        ):
+        if bl is not None and use.get((job.tenant, t), 0) + job.gpus - state.quota(job.tenant, t) > bl:
             return QueueReason.BORROW_LIMIT
     return QueueReason.QUOTA_AND_NO_LENDER

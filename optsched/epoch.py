@@ -162,9 +162,7 @@ def solve_epoch(
         else:
             t = time.monotonic()
             try:
-                result = get_backend(params.backend).solve(
-                    problem, params.with_(time_limit_s=budget), hint
-                )
+                result = get_backend(params.backend).solve(problem, params.with_(time_limit_s=budget), hint)
             except (OptschedError, ValueError):
                 raise
             except Exception as exc:  # a solver crash degrades to the labelled fallback
@@ -172,8 +170,7 @@ def solve_epoch(
                 fallback_reason = f"{params.backend} raised {type(exc).__name__}: {exc}"
             stage["solve"] = time.monotonic() - t
             if result is not None and (
-                result.status not in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE)
-                or result.assignment is None
+                result.status not in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE) or result.assignment is None
             ):
                 fallback_reason = f"{params.backend}: {result.status.value} ({result.detail})"
                 result = None
@@ -185,9 +182,7 @@ def solve_epoch(
                 fallback_reason = f"{params.backend} answer worse than the greedy warm start"
                 result = None
 
-    chosen: Assignment = (
-        result.assignment if result is not None and result.assignment is not None else hint
-    )
+    chosen: Assignment = result.assignment if result is not None and result.assignment is not None else hint
     if result is not None:
         status = "optimal" if result.status == SolveStatus.OPTIMAL else "feasible"
     elif params.backend == "greedy":

@@ -27,6 +27,7 @@ Objective (maximise): :math:`\sum v_{jt}(o_{jt} + (1-\epsilon)\ell_{jt}) + \sum 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from optsched.problem import LOAN_PENALTY, Assignment, EpochProblem
@@ -86,9 +87,7 @@ def add_variables(m: LinearModel, p: EpochProblem) -> None:
                 m.own[(j, t)] = m.var(f"own[{it.job},{p.types[t]}]", 0, 1, v)
             m.loan[(j, t)] = m.var(f"loan[{it.job},{p.types[t]}]", 0, 1, v * (1 - LOAN_PENALTY))
     for c, g in enumerate(p.guests):
-        m.guest[c] = m.var(
-            f"guest[{p.pending[g.pending].job},{p.running[g.running].job}]", 0, 1, g.value
-        )
+        m.guest[c] = m.var(f"guest[{p.pending[g.pending].job},{p.running[g.running].job}]", 0, 1, g.value)
     for r, run in enumerate(p.running):
         if run.candidate:
             m.preempt[r] = m.var(f"preempt[{run.job}]", 0, 1, -run.cost)
@@ -220,7 +219,7 @@ def build_model(p: EpochProblem) -> LinearModel:
     return m
 
 
-def to_assignment(m: LinearModel, p: EpochProblem, values: list[float]) -> Assignment:
+def to_assignment(m: LinearModel, p: EpochProblem, values: Sequence[float]) -> Assignment:
     """Read a solution vector back into an :class:`Assignment`."""
     a = Assignment()
     for (j, t), v in m.own.items():

@@ -120,9 +120,7 @@ def generate(size: Size = "tiny", seed: int = 0, now: float = 86400.0) -> dict[s
                 "id": tid,
                 "quota": quota,
                 "borrow_limit": None,
-                "lend_limit": None
-                if rng.random() < 0.8
-                else {type_names[0]: quota[type_names[0]] // 2},
+                "lend_limit": None if rng.random() < 0.8 else {type_names[0]: quota[type_names[0]] // 2},
                 "qos": {"max_queue_delay_s": delay, "target": 0.95},
                 "weight": 1.0,
             }
@@ -158,8 +156,8 @@ def generate(size: Size = "tiny", seed: int = 0, now: float = 86400.0) -> dict[s
     free = {n["id"]: list(range(n["gpus"])) for n in nodes if n.get("available", True)}
     node_type = {n["id"]: n["gpu_type"] for n in nodes}
     use: dict[tuple[str, str], int] = {}
-    quota = {(t["id"], ty): t["quota"][ty] for t in tenants for ty in type_names}
-    lendable = {ty: sum(quota[(t, ty)] for t in tids) for ty in type_names}
+    quotas = {(t["id"], ty): t["quota"][ty] for t in tenants for ty in type_names}
+    lendable = {ty: sum(quotas[(t, ty)] for t in tids) for ty in type_names}
     jobs: list[dict[str, Any]] = []
     target = spec.running_fill * sum(len(v) for v in free.values())
     placed = 0
@@ -177,10 +175,9 @@ def generate(size: Size = "tiny", seed: int = 0, now: float = 86400.0) -> dict[s
         ty = node_type[cands[0]]
         cands = [n for n in cands if node_type[n] == ty]
         u = use.get((j["tenant"], ty), 0)
-        over = u + j["gpus"] > quota[(j["tenant"], ty)]
+        over = u + j["gpus"] > quotas[(j["tenant"], ty)]
         if over and (
-            lendable[ty] - sum(use.get((t, ty), 0) for t in tids) < j["gpus"]
-            or j["qos"] == "guaranteed"
+            lendable[ty] - sum(use.get((t, ty), 0) for t in tids) < j["gpus"] or j["qos"] == "guaranteed"
         ):
             continue
         alloc: list[dict[str, Any]] = []

@@ -173,23 +173,14 @@ def job_value(
     return weight * gpus * mult * (1.0 + urg) * (1.0 + _shortness(gpus * runtime_s))
 
 
-def preemption_cost(
-    weight: float, gpus: int, guaranteed: bool, lost_s: float, remaining_s: float
-) -> float:
+def preemption_cost(weight: float, gpus: int, guaranteed: bool, lost_s: float, remaining_s: float) -> float:
     r"""Cost of stopping a running job: what it is worth at urgency 2, more when restarting
     loses work (:math:`\ell_r`) and when it is close to done (remaining :math:`\rho_r`).
 
     .. math:: c_r = 3\, W_i\, g_r\, m_r\, (1 + \ell_r / 1800)\, (1 + 600 / (600 + \rho_r))
     """
     mult = 2.0 if guaranteed else 1.0
-    return (
-        3.0
-        * weight
-        * gpus
-        * mult
-        * (1.0 + lost_s / 1800.0)
-        * (1.0 + 600.0 / (600.0 + remaining_s))
-    )
+    return 3.0 * weight * gpus * mult * (1.0 + lost_s / 1800.0) * (1.0 + 600.0 / (600.0 + remaining_s))
 
 
 def build_problem(
@@ -210,9 +201,7 @@ def build_problem(
     quota = tuple(tuple(state.quota(i, t) for t in types) for i in ten_ids)
     borrow = tuple(tuple(state.borrow_limit(i, t) for t in types) for i in ten_ids)
     lend = tuple(tuple(state.lend_limit(i, t) for t in types) for i in ten_ids)
-    weights = tuple(
-        asr.tenant_weight(snap.tenants[k].weight, signal[i].value) for k, i in enumerate(ten_ids)
-    )
+    weights = tuple(asr.tenant_weight(snap.tenants[k].weight, signal[i].value) for k, i in enumerate(ten_ids))
 
     # running jobs -------------------------------------------------------------------
     running: list[RunningItem] = []
@@ -277,9 +266,7 @@ def build_problem(
         est = predictions.jobs[job.id]
         d, _ = asr.max_delay(state, job.tenant)
         guaranteed = job.qos == "guaranteed"
-        base = job_value(
-            weights[k], job.gpus, guaranteed, snap.now - job.submit_s, d, est.runtime_s
-        )
+        base = job_value(weights[k], job.gpus, guaranteed, snap.now - job.submit_s, d, est.runtime_s)
         density[job.id] = base / job.gpus
         if not allowed:
             unplaceable.append(job.id)
@@ -312,9 +299,7 @@ def build_problem(
     for it in items:
         if it.reclaim or (len(kept) < MAX_PENDING and total < budget):
             if it.reclaim:
-                it = PendingItem(
-                    **{**it.__dict__, "values": tuple(v + reclaim_bonus for v in it.values)}
-                )
+                it = PendingItem(**{**it.__dict__, "values": tuple(v + reclaim_bonus for v in it.values)})
             kept.append(it)
             total += it.gpus
         else:

@@ -48,9 +48,7 @@ def parse_snapshot(data: str | bytes | dict[str, Any]) -> Snapshot:
         path = _loc_to_path(tuple(err["loc"]))
         msg = err["msg"]
         if err["type"] == "json_invalid":
-            raise SnapshotError(
-                "", f"malformed JSON: {err.get('ctx', {}).get('error', msg)}"
-            ) from None
+            raise SnapshotError("", f"malformed JSON: {err.get('ctx', {}).get('error', msg)}") from None
         if err["type"] == "missing":
             msg = "required field is missing"
         elif err["type"] == "extra_forbidden":
@@ -110,9 +108,7 @@ class ClusterState:
             for name in ("quota", "borrow_limit", "lend_limit"):
                 for key in getattr(ten, name) or {}:
                     if key not in types:
-                        raise SnapshotError(
-                            f"tenants[{i}].{name}.{key}", f"unknown GPU type '{key}'"
-                        )
+                        raise SnapshotError(f"tenants[{i}].{name}.{key}", f"unknown GPU type '{key}'")
 
         pool: set[GpuKey] = set()
         if snap.workflows is not None:
@@ -180,9 +176,7 @@ class ClusterState:
                     raise SnapshotError(ap, f"GPU {ref.node}/{ref.gpu} listed twice")
                 seen.add(ref.key())
                 if ref.key() in pool:
-                    raise SnapshotError(
-                        ap, f"GPU {ref.node}/{ref.gpu} belongs to the workflow pool"
-                    )
+                    raise SnapshotError(ap, f"GPU {ref.node}/{ref.gpu} belongs to the workflow pool")
                 t = snap.nodes[node_index[ref.node]].gpu_type
                 if jtype is None:
                     jtype = t
@@ -196,10 +190,7 @@ class ClusterState:
         for i, job in enumerate(snap.jobs):
             if job.guest_of is None:
                 continue
-            if (
-                job.guest_of not in job_index
-                or snap.jobs[job_index[job.guest_of]].state != "running"
-            ):
+            if job.guest_of not in job_index or snap.jobs[job_index[job.guest_of]].state != "running":
                 raise SnapshotError(f"jobs[{i}].guest_of", f"unknown running job '{job.guest_of}'")
 
         gpu_holders: dict[GpuKey, tuple[str, ...]] = {}
@@ -214,9 +205,7 @@ class ClusterState:
                 raise SnapshotError(where, f"GPU {key[0]}/{key[1]} is given to {len(idxs)} jobs")
             a, b = (snap.jobs[x] for x in idxs)
             if not types[t].mps:
-                raise SnapshotError(
-                    where, f"GPU {key[0]}/{key[1]} is given twice on non-MPS type '{t}'"
-                )
+                raise SnapshotError(where, f"GPU {key[0]}/{key[1]} is given twice on non-MPS type '{t}'")
             if not (a.colocated and b.colocated and a.is_shareable and b.is_shareable):
                 raise SnapshotError(
                     where,
@@ -225,9 +214,7 @@ class ClusterState:
                 )
             host, guest = _host_guest(a, b)
             if guest.guest_of not in (None, host.id):
-                raise SnapshotError(
-                    where, f"'{guest.id}' shares GPUs with '{host.id}', not its host"
-                )
+                raise SnapshotError(where, f"'{guest.id}' shares GPUs with '{host.id}', not its host")
             host_of[guest.id] = host.id
             gpu_holders[key] = (host.id, guest.id)
 
@@ -262,9 +249,7 @@ class ClusterState:
         for node in self.snapshot.nodes:
             if not node.available:
                 continue
-            out.extend(
-                (node.id, g) for g in range(node.gpus) if (node.id, g) not in self.pool_gpus
-            )
+            out.extend((node.id, g) for g in range(node.gpus) if (node.id, g) not in self.pool_gpus)
         return out
 
     def capacity(self) -> dict[str, int]:
@@ -319,9 +304,7 @@ def _validate_workflows(snap: Snapshot, node_index: dict[str, int]) -> set[GpuKe
             raise SnapshotError(f"{p}.node", f"unknown node '{dev.node}'")
         node = snap.nodes[node_index[dev.node]]
         if dev.gpu >= node.gpus:
-            raise SnapshotError(
-                f"{p}.gpu", f"GPU index {dev.gpu} out of range for node '{dev.node}'"
-            )
+            raise SnapshotError(f"{p}.gpu", f"GPU index {dev.gpu} out of range for node '{dev.node}'")
         if dev.key() in pool:
             raise SnapshotError(p, f"GPU {dev.node}/{dev.gpu} listed twice in the pool")
         pool.add(dev.key())
@@ -337,9 +320,7 @@ def _validate_workflows(snap: Snapshot, node_index: dict[str, int]) -> set[GpuKe
     for name, model in wf.models.items():
         for t in model.load_s or {}:
             if t not in snap.gpu_types:
-                raise SnapshotError(
-                    f"workflows.models.{name}.load_s.{t}", f"unknown GPU type '{t}'"
-                )
+                raise SnapshotError(f"workflows.models.{name}.load_s.{t}", f"unknown GPU type '{t}'")
     tenants = {t.id for t in snap.tenants}
     sessions: set[str] = set()
     for i, ses in enumerate(wf.sessions):
@@ -354,9 +335,7 @@ def _validate_workflows(snap: Snapshot, node_index: dict[str, int]) -> set[GpuKe
         ids: dict[str, int] = {}
         for k, act in enumerate(ses.activations):
             if act.id in ids:
-                raise SnapshotError(
-                    f"{p}.activations[{k}].id", f"duplicated activation id '{act.id}'"
-                )
+                raise SnapshotError(f"{p}.activations[{k}].id", f"duplicated activation id '{act.id}'")
             ids[act.id] = k
         graph: nx.DiGraph = nx.DiGraph()
         graph.add_nodes_from(ids)
@@ -364,15 +343,13 @@ def _validate_workflows(snap: Snapshot, node_index: dict[str, int]) -> set[GpuKe
             ap = f"{p}.activations[{k}]"
             if act.model not in wf.models:
                 raise SnapshotError(f"{ap}.model", f"unknown model '{act.model}'")
-            for m, dep in enumerate(act.after):
+            for di, dep in enumerate(act.after):
                 if dep not in ids:
-                    raise SnapshotError(f"{ap}.after[{m}]", f"unknown activation '{dep}'")
+                    raise SnapshotError(f"{ap}.after[{di}]", f"unknown activation '{dep}'")
                 graph.add_edge(dep, act.id)
             if act.state == "running":
                 if act.device is None or act.start_s is None:
-                    raise SnapshotError(
-                        f"{ap}.device", "a running activation needs device and start_s"
-                    )
+                    raise SnapshotError(f"{ap}.device", "a running activation needs device and start_s")
                 if act.device.key() not in pool:
                     raise SnapshotError(f"{ap}.device", "device is not in the workflow pool")
                 if act.start_s > snap.now:
@@ -380,9 +357,7 @@ def _validate_workflows(snap: Snapshot, node_index: dict[str, int]) -> set[GpuKe
             for dep in act.after:
                 dstate = ses.activations[ids[dep]].state
                 if act.state in ("running", "done") and dstate != "done":
-                    raise SnapshotError(
-                        f"{ap}.state", f"'{act.state}' before its dependency '{dep}' is done"
-                    )
+                    raise SnapshotError(f"{ap}.state", f"'{act.state}' before its dependency '{dep}' is done")
         if not nx.is_directed_acyclic_graph(graph):
             raise SnapshotError(f"{p}.activations", "dependencies form a cycle")
     return pool

@@ -38,8 +38,14 @@ def cluster(
 def pending(job_id: str, tenant: str, gpus: int, *, submit_s: float, **extra: Any) -> dict[str, Any]:
     """A pending job dict (guaranteed unless ``qos`` says otherwise)."""
     job: dict[str, Any] = {
-        "id": job_id, "tenant": tenant, "qos": "guaranteed", "gpus": gpus,
-        "submit_s": submit_s, "state": "pending", "runtime_s": 3600.0, "memory_gib": 10.0,
+        "id": job_id,
+        "tenant": tenant,
+        "qos": "guaranteed",
+        "gpus": gpus,
+        "submit_s": submit_s,
+        "state": "pending",
+        "runtime_s": 3600.0,
+        "memory_gib": 10.0,
     }
     job.update(extra)
     return job
@@ -50,10 +56,16 @@ def running(
 ) -> dict[str, Any]:
     """A running job dict on the given (node, gpu) pairs."""
     job: dict[str, Any] = {
-        "id": job_id, "tenant": tenant, "qos": "guaranteed", "gpus": len(gpus),
-        "submit_s": start_s, "state": "running", "start_s": start_s,
+        "id": job_id,
+        "tenant": tenant,
+        "qos": "guaranteed",
+        "gpus": len(gpus),
+        "submit_s": start_s,
+        "state": "running",
+        "start_s": start_s,
         "allocation": [{"node": n, "gpu": g} for n, g in gpus],
-        "runtime_s": 36000.0, "memory_gib": 10.0,
+        "runtime_s": 36000.0,
+        "memory_gib": 10.0,
     }
     job.update(extra)
     return job

@@ -86,7 +86,10 @@ def test_usage_errors_exit_2(args: list[str], capsys: pytest.CaptureFixture[str]
 
 def test_malformed_json_from_stdin(capsys: pytest.CaptureFixture[str]) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "optsched.cli", "solve", "-"], input="{oops", capture_output=True, text=True,
+        [sys.executable, "-m", "optsched.cli", "solve", "-"],
+        input="{oops",
+        capture_output=True,
+        text=True,
         cwd=ROOT,
     )
     assert proc.returncode == 2

@@ -25,7 +25,9 @@ def params(backend: str, limit: float = 2.0) -> SolveParams:
 
 
 @pytest.mark.parametrize("name", TINY)
-def test_tiny_instances_pass_the_checker(backend: str, name: str, tiny: Callable[[str], dict[str, Any]]) -> None:
+def test_tiny_instances_pass_the_checker(
+    backend: str, name: str, tiny: Callable[[str], dict[str, Any]]
+) -> None:
     state = load_state(tiny(name))
     d = solve_epoch(state, params=params(backend), predictor=FALLBACK)
     assert_decision_valid(state, d)

@@ -67,7 +67,9 @@ def test_gpus_are_shared_only_when_memory_fits_and_only_on_mps(
     assert "guest-too-big" in d.queue
 
 
-def test_a_gang_that_cannot_fit_whole_does_not_start(backend: str, tiny: Callable[[str], dict[str, Any]]) -> None:
+def test_a_gang_that_cannot_fit_whole_does_not_start(
+    backend: str, tiny: Callable[[str], dict[str, Any]]
+) -> None:
     d = solve(tiny("gang_blocked"), backend)
     assert "gang8" in d.queue
     assert d.queue_reasons["gang8"] in ("no_capacity", "lower_priority")
@@ -130,7 +132,9 @@ def test_sharing_is_more_conservative_for_tenants_at_risk(
     assert asr.max_host_slowdown(a) >= 0.2 if shares else asr.max_host_slowdown(a) < 0.2
 
 
-def test_running_guest_is_evicted_when_its_host_tenant_falls_below_the_sharing_threshold(backend: str) -> None:
+def test_running_guest_is_evicted_when_its_host_tenant_falls_below_the_sharing_threshold(
+    backend: str,
+) -> None:
     snap = cluster(tenants={"a": {"A100": 8}})
     snap["jobs"] = [
         running("h", "a", [("n0", 0)], start_s=1.0, qos="best_effort", colocated=True),

@@ -20,8 +20,9 @@ def test_every_preset_is_accepted_by_its_backend(path: Path) -> None:
     params = SolveParams.from_toml(path)
     assert params.backend == path.parent.name
     state = load_state(generate("tiny", 4))
-    d = solve_epoch(state, params=params.with_(time_limit_s=min(params.time_limit_s, 1.0)),
-                    predictor=EstimatePredictor())
+    d = solve_epoch(
+        state, params=params.with_(time_limit_s=min(params.time_limit_s, 1.0)), predictor=EstimatePredictor()
+    )
     assert_decision_valid(state, d)
     assert d.solver.fallback_reason is None or params.backend == "greedy"
 

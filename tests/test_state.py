@@ -23,10 +23,17 @@ def base() -> dict[str, Any]:
     s["workflows"] = {
         "models": {"m": {"memory_gib": 10}},
         "pool": [{"node": "n0", "gpu": 7, "resident": ["m"]}],
-        "sessions": [{"id": "s", "tenant": "a", "arrival_s": 100.0, "activations": [
-            {"id": "x", "model": "m", "input_tokens": 10, "output_tokens": 5},
-            {"id": "y", "model": "m", "input_tokens": 10, "output_tokens": 5, "after": ["x"]},
-        ]}],
+        "sessions": [
+            {
+                "id": "s",
+                "tenant": "a",
+                "arrival_s": 100.0,
+                "activations": [
+                    {"id": "x", "model": "m", "input_tokens": 10, "output_tokens": 5},
+                    {"id": "y", "model": "m", "input_tokens": 10, "output_tokens": 5, "after": ["x"]},
+                ],
+            }
+        ],
     }
     return s
 
@@ -92,13 +99,26 @@ CASES = [
     ("jobs[1].allocation", _set(["jobs", 1, "allocation"], [{"node": "n0", "gpu": 5}]), "only running jobs"),
     ("jobs[2].allocation", _append_job(running("r1", "b", [("n0", 1)], start_s=1.0)), "given twice"),
     ("jobs[2].allocation[0]", _append_job(running("r1", "b", [("n0", 7)], start_s=1.0)), "workflow pool"),
-    ("nodes[1].id", lambda s: s["nodes"].append({"id": "n0", "gpu_type": "A100", "gpus": 1}), "duplicated node"),
-    ("workflows.sessions[0].activations[1].after[0]",
-     _set(["workflows", "sessions", 0, "activations", 1, "after"], ["q"]), "unknown activation 'q'"),
-    ("workflows.sessions[0].activations",
-     _set(["workflows", "sessions", 0, "activations", 0, "after"], ["y"]), "cycle"),
-    ("workflows.sessions[0].activations[0].model",
-     _set(["workflows", "sessions", 0, "activations", 0, "model"], "gpt"), "unknown model 'gpt'"),
+    (
+        "nodes[1].id",
+        lambda s: s["nodes"].append({"id": "n0", "gpu_type": "A100", "gpus": 1}),
+        "duplicated node",
+    ),
+    (
+        "workflows.sessions[0].activations[1].after[0]",
+        _set(["workflows", "sessions", 0, "activations", 1, "after"], ["q"]),
+        "unknown activation 'q'",
+    ),
+    (
+        "workflows.sessions[0].activations",
+        _set(["workflows", "sessions", 0, "activations", 0, "after"], ["y"]),
+        "cycle",
+    ),
+    (
+        "workflows.sessions[0].activations[0].model",
+        _set(["workflows", "sessions", 0, "activations", 0, "model"], "gpt"),
+        "unknown model 'gpt'",
+    ),
     ("workflows.pool[0].resident[0]", _set(["workflows", "pool", 0, "resident"], ["zz"]), "unknown model"),
     ("workflows.sessions[0].tenant", _set(["workflows", "sessions", 0, "tenant"], "q"), "unknown tenant"),
 ]

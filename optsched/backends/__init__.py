@@ -37,9 +37,7 @@ def get_backend(name: str) -> Any:
     try:
         cls = getattr(importlib.import_module(module), cls_name)
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise BackendUnavailableError(
-            f"{name} needs {_EXTRA.get(name, 'its extra')}: {exc}"
-        ) from None
+        raise BackendUnavailableError(f"{name} needs {_EXTRA.get(name, 'its extra')}: {exc}") from None
     if not cls.is_available():
         raise BackendUnavailableError(f"{name} needs {_EXTRA.get(name, 'its extra')}")
     return cls()

@@ -60,9 +60,7 @@ def _try_start(ledger: _Ledger, p: EpochProblem, j: int) -> tuple[int, bool] | N
     for k in order:
         t = it.types[k]
         for own in (True, False):
-            if own and (
-                t not in it.own_types or ledger.own[it.tenant][t] + it.gpus > p.quota[it.tenant][t]
-            ):
+            if own and (t not in it.own_types or ledger.own[it.tenant][t] + it.gpus > p.quota[it.tenant][t]):
                 continue
             ledger.apply(it.tenant, t, it.gpus, own)
             if ledger.feasible(it.tenant, t):

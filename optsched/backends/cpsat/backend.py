@@ -95,9 +95,7 @@ class CpSatBackend:
                 stacklevel=2,
             )
         scale = SCALE_TARGET / biggest
-        model.maximize(
-            sum(round(c * scale) * xs[k] for k, c in enumerate(lin.obj) if round(c * scale) != 0)
-        )
+        model.maximize(sum(round(c * scale) * xs[k] for k, c in enumerate(lin.obj) if round(c * scale) != 0))
         if hint is not None:
             x0 = from_assignment(lin, problem, hint)
             if is_feasible(lin, x0):

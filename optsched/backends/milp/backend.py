@@ -127,10 +127,12 @@ class MilpBackend:
             "options": dict(params.extra),
         }
         with _LOCK:
-            proc, conn = _worker()
+            _, conn = _worker()
             if not _wait_ready(conn, deadline - time.monotonic()):
                 return SolveResult(
-                    SolveStatus.NO_SOLUTION, self.name, time.monotonic() - t0,
+                    SolveStatus.NO_SOLUTION,
+                    self.name,
+                    time.monotonic() - t0,
                     detail="the HiGHS worker was still starting at the deadline",
                 )
             job["time_limit_s"] = max(0.01, deadline - time.monotonic() - KILL_GRACE_S)

@@ -41,9 +41,7 @@ def solve_arrays(job: dict[str, Any]) -> dict[str, Any]:
     cost = -np.asarray(job["obj"], dtype=float)  # HiGHS minimises
     h.addVars(n, np.asarray(job["lb"], dtype=float), np.asarray(job["ub"], dtype=float))
     h.changeColsCost(n, np.arange(n, dtype=np.int32), cost)
-    h.changeColsIntegrality(
-        n, np.arange(n, dtype=np.int32), np.array([highspy.HighsVarType.kInteger] * n)
-    )
+    h.changeColsIntegrality(n, np.arange(n, dtype=np.int32), np.array([highspy.HighsVarType.kInteger] * n))
     for lo, hi, idx, val in job["rows"]:
         h.addRow(
             -inf if math.isinf(lo) else lo,
