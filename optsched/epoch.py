@@ -34,7 +34,7 @@ from optsched.state import ClusterState, parse_snapshot
 log = logging.getLogger("optsched")
 
 DEFAULT_TIME_LIMIT_S = 1.0
-RESERVE_FRACTION = 0.15
+RESERVE_FRACTION = 0.25
 """Share of the time limit kept for building and checking the decision."""
 WORKFLOW_SHARE = 0.4
 """Share of the time limit given to the workflow planner when the snapshot has workflows."""
