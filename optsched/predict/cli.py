@@ -140,8 +140,14 @@ def evaluate_cmd(
             f"({r['mae']:.2f}x best history), MAE log {m['model']['mae_log']:.3f} "
             f"({r['mae_log']:.2f}x)"
         )
-    mem = result["memory"]["kfold_heldout"]["model"]
-    typer.echo(f"memory: held-out under-prediction {mem['under_rate']:.1%}")
+    mres = result["memory"]
+    typer.echo(
+        f"memory: known profiles, held-out MPS pairs under-predicted "
+        f"{mres['mps_pair_check']['under_rate']:.1%} (margin "
+        f"{mres['margin_known_profile']:.2f}x); unknown profiles, held-out "
+        f"{mres['kfold_heldout']['model']['under_rate']:.1%} (margin "
+        f"{mres['margin_unknown_profile']:.2f}x)"
+    )
     inter = result["interference"]
     typer.echo(
         f"interference: MAE {inter['model']['mae']:.4f} "
