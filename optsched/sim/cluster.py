@@ -1,0 +1,644 @@
+"""The simulated cluster: ground truth, snapshot building, decision application.
+
+The simulator is a *client* of the scheduling API: at every decision it builds a format-1
+:class:`~optsched.schema.Snapshot` holding only what an embedding scheduler would know (the
+trace's runtime estimate, never the truth, unless ``oracle_runtime`` is chosen), asks the
+policy for a :class:`~optsched.schema.Decision`, runs :func:`optsched.check_decision` on it (a
+violation raises :class:`SimulationError`) and applies it.
+
+Ground truth (:class:`GroundTruth`), hidden from the policy:
+
+* true exclusive runtime = the trace's duration × ``exp(N(0, runtime_jitter))`` (seeded);
+* colocation speeds of an MPS pair = the measured speeds of their workload profiles
+  (:class:`~optsched.sim.profiles.Interference`) × ``exp(N(0, pair_jitter))`` (seeded per pair),
+  clipped to ``[0.3, 1]``.
+
+Mechanics:
+
+* a running job progresses at rate 1 (exclusive) or at its colocated speed while it shares
+  GPUs; the pair's host and guest both slow down;
+* preemption loses the work since the last checkpoint (``checkpoint_s`` of wall time after the
+  run started) and the next start pays ``restart_overhead_s`` more work;
+* when a host stops, its guest keeps its GPUs and runs alone (it is *promoted*); it is marked
+  ``on_loan`` if its tenant's own use is then above quota, so it can be reclaimed;
+* decisions happen at every epoch tick (``epoch_s``) when jobs are pending or something
+  changed, and, with ``trigger``, after an arrival or completion (at most one per
+  ``min_gap_s``).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from optsched.check import check_decision
+from optsched.schema.snapshot import (
+    GpuRef,
+    GpuType,
+    Job,
+    Node,
+    Snapshot,
+    Tenant,
+    TenantQos,
+)
+from optsched.sim.engine import EventQueue, Kind
+from optsched.sim.profiles import Interference, ProfileKey
+from optsched.state import ClusterState
+
+if TYPE_CHECKING:
+    from optsched.schema.decision import Decision
+    from optsched.sim.trace import Trace, TraceJob
+
+
+class SimulationError(RuntimeError):
+    """A policy returned a decision that breaks the spec (or the simulation cannot go on)."""
+
+
+class Policy(Protocol):
+    """A scheduling policy: one decision per snapshot, through the format-1 contract."""
+
+    name: str
+
+    def decide(self, snapshot: Snapshot, state: ClusterState) -> Decision: ...
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Simulator parameters (see the module docstring)."""
+
+    epoch_s: float = 300.0
+    trigger: bool = True
+    min_gap_s: float = 60.0
+    checkpoint_s: float = 1800.0
+    restart_overhead_s: float = 60.0
+    runtime_jitter: float = 0.05
+    pair_jitter: float = 0.03
+    guaranteed_shareable: bool = True
+    oracle_runtime: bool = False
+    check: bool = True
+    round_trip_json: bool = False
+    max_sim_s: float | None = None
+    """Stop at this time (default: last submission + 90 days); unfinished jobs are reported."""
+    use_history: bool = True
+    """Merge :class:`~optsched.predict.history.RuntimeHistory` ``hist_*`` features."""
+
+
+class GroundTruth:
+    """What really happens: true runtimes and colocation speeds (never shown to policies)."""
+
+    def __init__(self, trace: Trace, seed: int, config: SimConfig,
+                 interference: Interference | None = None) -> None:
+        self.seed = seed
+        self.interference = interference or Interference.load()
+        self.pair_jitter = config.pair_jitter
+        rng = random.Random(seed)
+        self.runtime: dict[str, float] = {}
+        self.profile: dict[str, ProfileKey | None] = {}
+        self.memory: dict[str, float | None] = {}
+        for j in trace.jobs:
+            f = math.exp(rng.gauss(0.0, config.runtime_jitter)) if config.runtime_jitter else 1.0
+            self.runtime[j.id] = max(1.0, j.duration_s * f)
+            self.profile[j.id] = j.profile
+            self.memory[j.id] = j.memory_gib
+
+    def pair_speeds(self, host: str, guest: str) -> tuple[float, float]:
+        """True colocated speeds of ``host`` and ``guest``."""
+        a, b = self.interference.pair_speeds(self.profile.get(host), self.profile.get(guest))
+        if self.pair_jitter:
+            r = random.Random(f"{self.seed}:{host}:{guest}")
+            a *= math.exp(r.gauss(0.0, self.pair_jitter))
+            b *= math.exp(r.gauss(0.0, self.pair_jitter))
+        return (min(1.0, max(0.3, a)), min(1.0, max(0.3, b)))
+
+
+PENDING, RUNNING, DONE, FUTURE = 1, 2, 3, 0
+
+
+class _SimJob:
+    __slots__ = (
+        "alloc", "end", "first_start", "gpu_type", "gpus", "guest", "host", "i", "id",
+        "last_t", "lost_gpu_s", "lost_work_gpu_s", "on_loan", "pending_job", "preemptions",
+        "rate", "refs", "restart_due", "restarts", "run_start", "running_job", "seg_host",
+        "seg_start",
+        "spec", "state", "tenant", "version", "work_left", "work_run_start",
+    )
+
+    def __init__(self, i: int, spec: TraceJob, true_s: float) -> None:
+        self.i = i
+        self.id = spec.id
+        self.spec = spec
+        self.tenant = spec.tenant
+        self.gpus = spec.gpus
+        self.state = FUTURE
+        self.work_left = true_s
+        self.rate = 1.0
+        self.last_t = 0.0
+        self.alloc: list[tuple[int, int]] = []
+        self.refs: list[GpuRef] = []
+        self.gpu_type = ""
+        self.run_start = 0.0
+        self.work_run_start = 0.0
+        self.first_start: float | None = None
+        self.end: float | None = None
+        self.on_loan = False
+        self.host: _SimJob | None = None
+        self.guest: _SimJob | None = None
+        self.version = 0
+        self.pending_job: Job | None = None
+        self.running_job: Job | None = None
+        self.preemptions = 0
+        self.restarts = 0
+        self.restart_due = False
+        self.lost_gpu_s = 0.0
+        self.lost_work_gpu_s = 0.0
+        self.seg_start = 0.0
+        self.seg_host = True
+
+
+@dataclass
+class EventLog:
+    """Everything that happened in one run; metrics are pure functions of it.
+
+    Tables are column dicts (lists of equal length):
+
+    * ``jobs``: ``id, tenant, user, qos, gpus, submit_s, start_s`` (first start, NaN if never),
+      ``end_s`` (NaN if unfinished), ``true_s, estimate_s, preemptions, restarts,
+      lost_gpu_s, lost_work_gpu_s``;
+    * ``segments``: ``job, t0, t1, gpus, rate, host`` — a job ran on ``gpus`` GPUs at
+      ``rate`` from ``t0`` to ``t1``; ``host`` = it held the GPUs (guests share a host's);
+    * ``preemptions``: ``t, job, reason, lost_s, gpus``;
+    * ``decisions``: ``t, seconds, pending, running, started, preempted, loaned_gpus,
+      on_loan_started, status``;
+    * ``assurance``: ``t, tenant, value``.
+    """
+
+    trace: str
+    policy: str
+    seed: int
+    capacity: int
+    window: tuple[float, float]
+    tenants: dict[str, dict[str, float]]
+    restart_overhead_s: float
+    jobs: dict[str, list[Any]] = field(default_factory=dict)
+    segments: dict[str, list[Any]] = field(default_factory=dict)
+    preemptions: dict[str, list[Any]] = field(default_factory=dict)
+    decisions: dict[str, list[Any]] = field(default_factory=dict)
+    assurance: dict[str, list[Any]] = field(default_factory=dict)
+    sim_seconds: float = 0.0
+    end_time: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+def _cols(*names: str) -> dict[str, list[Any]]:
+    return {n: [] for n in names}
+
+
+class Simulator:
+    """Replays a :class:`~optsched.sim.trace.Trace` under one policy.
+
+    Parameters
+    ----------
+    trace, policy, seed, config:
+        The workload, the policy (see :mod:`optsched.sim.policies`), the seed of the ground
+        truth's jitter, and the simulator parameters.
+    truth:
+        Built from ``trace``/``seed``/``config`` when not given (pass the same one to an oracle
+        predictor).
+    on_decision:
+        Called after every applied decision with ``(snapshot, decision)`` (for dumping
+        snapshots or tests).
+    """
+
+    def __init__(
+        self,
+        trace: Trace,
+        policy: Policy,
+        seed: int = 0,
+        config: SimConfig | None = None,
+        truth: GroundTruth | None = None,
+        on_decision: Any = None,
+    ) -> None:
+        self.trace = trace
+        self.policy = policy
+        self.seed = seed
+        self.cfg = config or SimConfig()
+        self.truth = truth or GroundTruth(trace, seed, self.cfg)
+        self.on_decision = on_decision
+        self.q = EventQueue()
+        self.now = 0.0
+        self.jobs = [_SimJob(i, j, self.truth.runtime[j.id]) for i, j in enumerate(trace.jobs)]
+        self.by_id = {j.id: j for j in self.jobs}
+        self.node_index = {n.id: k for k, n in enumerate(trace.nodes)}
+        self.node_type = [n.gpu_type for n in trace.nodes]
+        self.owner: dict[tuple[int, int], _SimJob] = {}
+        self.pending: dict[int, _SimJob] = {}
+        self.running: dict[int, _SimJob] = {}
+        self.quota = {(t.id, g): q for t in trace.tenants for g, q in t.quota.items()}
+        self.own_use: dict[tuple[str, str], int] = defaultdict(int)
+        self.assurance_state: dict[str, dict[str, Any]] | None = None
+        self.history: Any = None
+        if self.cfg.use_history:
+            try:
+                from optsched.predict.history import RuntimeHistory
+            except ImportError:  # pragma: no cover - the module ships with the package
+                self.history = None
+            else:
+                self.history = RuntimeHistory()
+        self._types = {
+            g.name: GpuType(memory_gib=g.memory_gib, mps=g.mps, speed=1.0)
+            for g in trace.gpu_types
+        }
+        self._nodes = [Node(id=n.id, gpu_type=n.gpu_type, gpus=n.gpus) for n in trace.nodes]
+        self._tenants = [
+            Tenant(
+                id=t.id,
+                quota=dict(t.quota),
+                qos=TenantQos(max_queue_delay_s=t.max_queue_delay_s, target=t.qos_target),
+            )
+            for t in trace.tenants
+        ]
+        self._single_type = trace.gpu_types[0].name if len(trace.gpu_types) == 1 else None
+        self._dirty = False
+        self._last_decision = -math.inf
+        self._next_trigger: float | None = None
+        self._next_tick = math.inf
+        self._arrived = 0
+        self._done = 0
+        cap = trace.total_gpus
+        submits = [j.submit_s for j in trace.jobs]
+        self.log = EventLog(
+            trace=trace.name,
+            policy=getattr(policy, "name", type(policy).__name__),
+            seed=seed,
+            capacity=cap,
+            window=(min(submits), max(submits)),
+            tenants={
+                t.id: {"quota": float(sum(t.quota.values())),
+                       "max_queue_delay_s": t.max_queue_delay_s}
+                for t in trace.tenants
+            },
+            restart_overhead_s=self.cfg.restart_overhead_s,
+            segments=_cols("job", "t0", "t1", "gpus", "rate", "host"),
+            preemptions=_cols("t", "job", "reason", "lost_s", "gpus"),
+            decisions=_cols("t", "seconds", "pending", "running", "started", "preempted",
+                            "loaned_gpus", "on_loan_started", "status"),
+            assurance=_cols("t", "tenant", "value"),
+            notes=list(trace.notes),
+        )
+        caps = trace.capacity()
+        self._unplaceable: set[int] = set()
+        for sj in self.jobs:
+            allowed = sj.spec.gpu_types or tuple(caps)
+            if sj.gpus > max(caps.get(t, 0) for t in allowed):
+                self._unplaceable.add(sj.i)
+        if self._unplaceable:
+            self.log.notes.append(f"{len(self._unplaceable)} job(s) larger than the cluster")
+
+    # ------------------------------------------------------------------ main loop
+    def run(self) -> EventLog:
+        """Run to the end and return the event log."""
+        t_wall = time.perf_counter()
+        for sj in self.jobs:
+            if sj.i not in self._unplaceable:
+                self.q.push(sj.spec.submit_s, Kind.ARRIVAL, sj.i)
+        first = min((j.spec.submit_s for j in self.jobs), default=0.0)
+        last = max((j.spec.submit_s for j in self.jobs), default=0.0)
+        stop = self.cfg.max_sim_s if self.cfg.max_sim_s is not None else last + 90 * 86400.0
+        self._next_tick = math.floor(first / self.cfg.epoch_s) * self.cfg.epoch_s
+        self.q.push(self._next_tick, Kind.DECIDE, 0)
+        total = len(self.jobs) - len(self._unplaceable)
+        while len(self.q):
+            ev = self.q.pop()
+            if ev.time > stop:
+                break
+            self.now = ev.time
+            if ev.kind == Kind.COMPLETION:
+                sj = self.jobs[ev.job]
+                if sj.state == RUNNING and ev.version == sj.version:
+                    self._complete(sj)
+            elif ev.kind == Kind.ARRIVAL:
+                self._arrive(self.jobs[ev.job])
+            else:
+                tick = ev.job == 0
+                if not tick:
+                    self._next_trigger = None
+                if self.pending and self.now > self._last_decision and (self._dirty or tick):
+                    self._decide()
+                if tick:
+                    if self._done >= total:
+                        continue
+                    self._next_tick = self.now + self.cfg.epoch_s
+                    self.q.push(self._next_tick, Kind.DECIDE, 0)
+            if self._done >= total and self._arrived >= total:
+                break
+        self.log.end_time = self.now
+        self._close_log()
+        self.log.sim_seconds = time.perf_counter() - t_wall
+        return self.log
+
+    def _request_decision(self) -> None:
+        self._dirty = True
+        if not self.cfg.trigger or self._next_trigger is not None:
+            return
+        t = max(self.now, self._last_decision + self.cfg.min_gap_s)
+        if t >= self._next_tick:
+            return
+        self._next_trigger = t
+        self.q.push(t, Kind.DECIDE, 1)
+
+    # ------------------------------------------------------------------ events
+    def _arrive(self, sj: _SimJob) -> None:
+        spec = sj.spec
+        sj.state = PENDING
+        self._arrived += 1
+        feats: dict[str, str | float | int | bool] = {}
+        if spec.user:
+            feats["user"] = spec.user
+        if spec.name:
+            feats["name"] = spec.name
+        if spec.profile is not None:
+            feats["model"], feats["dataset"] = spec.profile[0], spec.profile[1]
+            feats["batchsize"], feats["amp"] = spec.profile[2], spec.profile[3]
+        if spec.cpu_num is not None:
+            feats["cpu_num"] = spec.cpu_num
+        if spec.node_num is not None:
+            feats["node_num"] = spec.node_num
+        if spec.gpu_milli is not None:
+            feats["gpu_milli"] = spec.gpu_milli
+        if self._single_type is not None:
+            feats["gpu_type"] = self._single_type
+        feats["t0_weekday"] = self.trace.t0_weekday
+        if self.history is not None:
+            for k, v in self.history.features_for(spec.tenant, spec.user, spec.submit_s).items():
+                if not (isinstance(v, float) and math.isnan(v)):
+                    feats[k] = v
+        runtime = self.truth.runtime[spec.id] if self.cfg.oracle_runtime else spec.estimate_s
+        shareable: bool | None = True if self.cfg.guaranteed_shareable else None
+        sj.pending_job = Job.model_construct(
+            id=spec.id,
+            tenant=spec.tenant,
+            qos=spec.qos,
+            gpus=spec.gpus,
+            gpu_types=list(spec.gpu_types) if spec.gpu_types is not None else None,
+            submit_s=spec.submit_s,
+            state="pending",
+            runtime_s=runtime,
+            memory_gib=spec.memory_gib,
+            shareable=shareable,
+            features=feats,
+        )
+        self.pending[sj.i] = sj
+        self._request_decision()
+
+    def _complete(self, sj: _SimJob) -> None:
+        self._advance(sj)
+        self._stop(sj)
+        sj.state = DONE
+        sj.end = self.now
+        self._done += 1
+        if self.history is not None:
+            self.history.observe(sj.tenant, sj.spec.user, self.now, self.truth.runtime[sj.id])
+        self._request_decision()
+
+    # ------------------------------------------------------------------ progress
+    def _advance(self, sj: _SimJob) -> None:
+        if self.now > sj.last_t:
+            sj.work_left -= sj.rate * (self.now - sj.last_t)
+            sj.last_t = self.now
+
+    def _set_rate(self, sj: _SimJob, rate: float, host: bool | None = None) -> None:
+        """Close the current segment and continue at ``rate`` (``host``: holds its GPUs)."""
+        self._advance(sj)
+        self._close_segment(sj)
+        sj.running_job = None
+        sj.rate = rate
+        if host is not None:
+            sj.seg_host = host
+        sj.seg_start = self.now
+        sj.version += 1
+        self.q.push(self.now + max(sj.work_left, 0.0) / rate, Kind.COMPLETION, sj.i, sj.version)
+
+    def _close_segment(self, sj: _SimJob) -> None:
+        if self.now > sj.seg_start:
+            s = self.log.segments
+            s["job"].append(sj.i)
+            s["t0"].append(sj.seg_start)
+            s["t1"].append(self.now)
+            s["gpus"].append(sj.gpus)
+            s["rate"].append(sj.rate)
+            s["host"].append(sj.seg_host)
+        sj.seg_start = self.now
+
+    def _stop(self, sj: _SimJob) -> None:
+        """Release ``sj``'s GPUs (it was running); un-pair or promote its partner."""
+        self._close_segment(sj)
+        sj.version += 1
+        sj.running_job = None
+        del self.running[sj.i]
+        if sj.host is not None:  # a guest leaves: its host runs alone again
+            host = sj.host
+            host.guest = None
+            sj.host = None
+            self._set_rate(host, 1.0)
+        else:
+            key = (sj.tenant, sj.gpu_type)
+            if not sj.on_loan:
+                self.own_use[key] -= sj.gpus
+            guest = sj.guest
+            for g in sj.alloc:
+                del self.owner[g]
+            if guest is not None:  # the guest keeps its GPUs and runs alone
+                sj.guest = None
+                guest.host = None
+                gkey = (guest.tenant, guest.gpu_type)
+                guest.on_loan = self.own_use[gkey] + guest.gpus > self.quota.get(gkey, 0)
+                if not guest.on_loan:
+                    self.own_use[gkey] += guest.gpus
+                for g in guest.alloc:
+                    self.owner[g] = guest
+                self._set_rate(guest, 1.0, host=True)
+                self._dirty = True
+        sj.alloc = []
+        sj.refs = []
+
+    # ------------------------------------------------------------------ snapshots
+    def snapshot(self) -> Snapshot:
+        """The format-1 snapshot of the cluster now (what a policy may see)."""
+        jobs: list[Job] = []
+        for sj in self.pending.values():
+            assert sj.pending_job is not None
+            jobs.append(sj.pending_job)
+        ck = self.cfg.checkpoint_s
+        for sj in self.running.values():
+            ran = self.now - sj.run_start
+            lost = (ran % ck if ck > 0 else ran) + self.cfg.restart_overhead_s
+            rj = sj.running_job
+            if rj is None:
+                rj = sj.running_job = self._running_job(sj, lost)
+            else:
+                # the only field that changes while nothing else does (plain attribute write;
+                # the value is a valid non-negative float)
+                rj.__dict__["restart_cost_s"] = lost
+            jobs.append(rj)
+        snap = Snapshot.model_construct(
+            format=1,
+            now=self.now,
+            epoch_s=self.cfg.epoch_s,
+            gpu_types=self._types,
+            nodes=self._nodes,
+            tenants=self._tenants,
+            jobs=jobs,
+            assurance_state=self.assurance_state,
+        )
+        if self.cfg.round_trip_json:
+            snap = Snapshot.model_validate_json(snap.model_dump_json())
+        return snap
+
+    def _running_job(self, sj: _SimJob, lost: float) -> Job:
+        p = sj.pending_job
+        assert p is not None
+        return Job.model_construct(
+            id=sj.id,
+            tenant=sj.tenant,
+            qos=p.qos,
+            gpus=sj.gpus,
+            gpu_types=p.gpu_types,
+            submit_s=p.submit_s,
+            state="running",
+            allocation=sj.refs,
+            start_s=sj.run_start,
+            on_loan=sj.on_loan,
+            colocated=sj.host is not None or sj.guest is not None,
+            guest_of=sj.host.id if sj.host is not None else None,
+            runtime_s=p.runtime_s,
+            memory_gib=p.memory_gib,
+            shareable=p.shareable,
+            restart_cost_s=lost,
+            features=p.features,
+        )
+
+    # ------------------------------------------------------------------ decisions
+    def _decide(self) -> None:
+        self._dirty = False
+        self._last_decision = self.now
+        snap = self.snapshot()
+        state = ClusterState.from_snapshot(snap)
+        t0 = time.perf_counter()
+        decision = self.policy.decide(snap, state)
+        seconds = time.perf_counter() - t0
+        if self.cfg.check:
+            bad = check_decision(state, decision)
+            if bad:
+                lines = "; ".join(str(v) for v in bad[:5])
+                raise SimulationError(
+                    f"policy '{self.log.policy}' at t={self.now}: {len(bad)} violation(s): {lines}"
+                )
+        self._apply(decision)
+        d = self.log.decisions
+        d["t"].append(self.now)
+        d["seconds"].append(seconds)
+        d["pending"].append(len(self.pending))
+        d["running"].append(len(self.running))
+        d["started"].append(len(decision.start))
+        d["preempted"].append(len(decision.preempt))
+        d["loaned_gpus"].append(sum(loan.gpus for loan in decision.loans))
+        d["on_loan_started"].append(sum(1 for s in decision.start if s.on_loan))
+        d["status"].append(decision.status)
+        a = self.log.assurance
+        for ten in sorted(decision.assurance):
+            a["t"].append(self.now)
+            a["tenant"].append(ten)
+            a["value"].append(float(decision.assurance[ten]))
+        self.assurance_state = decision.assurance_state or None
+        if self.on_decision is not None:
+            self.on_decision(snap, decision)
+
+    def _apply(self, decision: Decision) -> None:
+        ck = self.cfg.checkpoint_s
+        for p in decision.preempt:
+            sj = self.by_id[p.job]
+            self._advance(sj)
+            ran = self.now - sj.run_start
+            lost_wall = ran % ck if ck > 0 else ran
+            done_in_run = max(0.0, sj.work_run_start - sj.work_left)
+            lost_work = min(done_in_run, lost_wall * sj.rate)
+            self._stop(sj)
+            sj.work_left += lost_work
+            sj.state = PENDING
+            sj.on_loan = False
+            sj.preemptions += 1
+            sj.restart_due = True
+            sj.lost_gpu_s += lost_wall * sj.gpus
+            sj.lost_work_gpu_s += lost_work * sj.gpus
+            self.pending[sj.i] = sj
+            pr = self.log.preemptions
+            pr["t"].append(self.now)
+            pr["job"].append(sj.i)
+            pr["reason"].append(str(p.reason))
+            pr["lost_s"].append(lost_wall)
+            pr["gpus"].append(sj.gpus)
+            self._dirty = True
+        for s in decision.start:
+            sj = self.by_id[s.job]
+            del self.pending[sj.i]
+            sj.state = RUNNING
+            sj.alloc = [(self.node_index[r.node], r.gpu) for r in s.allocation]
+            sj.refs = [GpuRef.model_construct(node=r.node, gpu=r.gpu) for r in s.allocation]
+            sj.gpu_type = self.node_type[sj.alloc[0][0]]
+            if sj.restart_due:
+                sj.work_left += self.cfg.restart_overhead_s
+                sj.restart_due = False
+                sj.restarts += 1
+            sj.run_start = self.now
+            sj.last_t = self.now
+            sj.seg_start = self.now
+            sj.work_run_start = sj.work_left
+            if sj.first_start is None:
+                sj.first_start = self.now
+            sj.on_loan = bool(s.on_loan)
+            self.running[sj.i] = sj
+            if s.colocated_with:
+                host = self.by_id[s.colocated_with[0]]
+                sj.host = host
+                host.guest = sj
+                hs, gs = self.truth.pair_speeds(host.id, sj.id)
+                self._set_rate(host, hs)
+                sj.rate = 1.0
+                self._set_rate(sj, gs, host=False)
+            else:
+                for g in sj.alloc:
+                    self.owner[g] = sj
+                if not sj.on_loan:
+                    self.own_use[(sj.tenant, sj.gpu_type)] += sj.gpus
+                sj.rate = 1.0
+                self._set_rate(sj, 1.0, host=True)
+
+    # ------------------------------------------------------------------ log
+    def _close_log(self) -> None:
+        for sj in list(self.running.values()):
+            self._advance(sj)
+            self._close_segment(sj)
+        cols = _cols("id", "tenant", "user", "qos", "gpus", "submit_s", "start_s", "end_s",
+                     "true_s", "estimate_s", "preemptions", "restarts", "lost_gpu_s",
+                     "lost_work_gpu_s")
+        nan = math.nan
+        for sj in self.jobs:
+            cols["id"].append(sj.id)
+            cols["tenant"].append(sj.tenant)
+            cols["user"].append(sj.spec.user)
+            cols["qos"].append(sj.spec.qos)
+            cols["gpus"].append(sj.gpus)
+            cols["submit_s"].append(sj.spec.submit_s)
+            cols["start_s"].append(sj.first_start if sj.first_start is not None else nan)
+            cols["end_s"].append(sj.end if sj.end is not None else nan)
+            cols["true_s"].append(self.truth.runtime[sj.id])
+            cols["estimate_s"].append(sj.spec.estimate_s if sj.spec.estimate_s else nan)
+            cols["preemptions"].append(sj.preemptions)
+            cols["restarts"].append(sj.restarts)
+            cols["lost_gpu_s"].append(sj.lost_gpu_s)
+            cols["lost_work_gpu_s"].append(sj.lost_work_gpu_s)
+        self.log.jobs = cols

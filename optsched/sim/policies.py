@@ -1,0 +1,600 @@
+"""Scheduling policies for the simulator, all behind one interface and all producing format-1
+:class:`~optsched.schema.Decision` objects that pass :func:`optsched.check_decision`.
+
+=================  ====================================================================  =====================
+name               what it does                                                           follows
+=================  ====================================================================  =====================
+``fifo``           strict FIFO over the pooled cluster: jobs start in submission order;   the classic baseline
+                   the first job that does not fit blocks the rest (no backfill); use
+                   above quota borrows idle quota (loans declared), never reclaimed
+``sjf``            shortest *estimated* runtime first (the snapshot's ``runtime_s``,      SJF on estimates
+                   else the user's history mean, else 4 h), with backfill; pooled
+``qssf``           quasi-shortest-service-first: smallest estimated GPU-time              Helios (SC'21)
+                   (``runtime_s × gpus``) first, with backfill; pooled
+``tiresias``       discretised 2D-LAS: jobs in queues by attained GPU-service             Tiresias (NSDI'19)
+                   (thresholds 1 h and 10 h GPU-time), FIFO inside a queue; a pending
+                   job preempts preemptible jobs of lower queues; pooled
+``kueue``          strict per-tenant quota, then borrowing of idle quota (FIFO,           Kueue (cohorts,
+                   backfill), and *reclaim*: a tenant's job that fits its own quota       reclaimWithinCohort)
+                   preempts other tenants' jobs running on loan; no GPU sharing
+``gandiva``        FIFO with backfill; a job that cannot start alone is packed as an      Gandiva (OSDI'18),
+                   MPS guest on the first running job whose GPUs fit it in memory (no      packing only
+                   interference model); pooled
+``lucid``          QSSF order; non-intrusive sharing: packs a job as a guest only on a    Lucid (ASPLOS'23)
+                   host of the same GPU count when both profiled sharing scores are low
+                   (tiny+tiny or tiny+medium) and memory fits; never preempts; pooled
+``optsched``       the engine: :func:`optsched.solve_epoch` (lazy import)                 this project
+=================  ====================================================================  =====================
+
+"Pooled" means the policy treats the cluster as one pool: it uses idle quota of other tenants
+whenever it can (every such start is ``on_loan`` and the loans are declared), but never
+preempts to give a tenant its quota back. Guaranteed jobs are not preemptible (the spec's
+default), so the preempting baselines only preempt best-effort jobs and MPS guests.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from optsched.predict.base import JobEstimate, PairEstimate, Predictions
+from optsched.schema.decision import Decision, Loan, Preempt, PreemptReason, SolverInfo, Start
+from optsched.schema.snapshot import GpuRef, Job, Snapshot
+from optsched.sim.profiles import Interference
+
+if TYPE_CHECKING:
+    from optsched.sim.cluster import GroundTruth, Policy
+    from optsched.state import ClusterState
+
+DEFAULT_RUNTIME_S = 4 * 3600.0
+
+
+def estimate(job: Job) -> float:
+    """The runtime a baseline may use: ``runtime_s``, else the user's history, else 4 h."""
+    if job.runtime_s is not None:
+        return job.runtime_s
+    f = job.features or {}
+    for key in ("hist_user_mean_s", "hist_tenant_mean_s"):
+        v = f.get(key)
+        if isinstance(v, int | float) and not isinstance(v, bool) and v > 0:
+            return float(v)
+    return DEFAULT_RUNTIME_S
+
+
+class DecisionBuilder:
+    """Incremental bookkeeping that keeps a heuristic's decision valid.
+
+    Tracks free GPUs per node, per-tenant use (hosts only: MPS guests use no quota), the
+    tenant's own (not-on-loan) use, and builds the ``loans`` in force after the decision as a
+    pure function of the use: each tenant's use above quota is covered by idle quota of
+    others (largest idle first, ties by id), within ``borrow_limit`` and ``lend_limit``.
+    """
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        snap = state.snapshot
+        self.now = snap.now
+        self.types = state.type_names
+        self.free: dict[str, dict[str, list[int]]] = {t: {} for t in self.types}
+        held = state.gpu_holders
+        self.node_gpus: dict[str, int] = {}
+        pool = state.pool_gpus
+        for node in snap.nodes:
+            self.node_gpus[node.id] = node.gpus
+            if not node.available:
+                continue
+            nid = node.id
+            idle = [g for g in range(node.gpus) if (nid, g) not in held]
+            if pool:
+                idle = [g for g in idle if (nid, g) not in pool]
+            if idle:
+                self.free[node.gpu_type][node.id] = idle
+        self.use: dict[tuple[str, str], int] = defaultdict(int)
+        self.own: dict[tuple[str, str], int] = defaultdict(int)
+        self.running: dict[str, Job] = {}
+        self.guest_of_host: dict[str, str] = {}
+        for job in state.running():
+            self.running[job.id] = job
+            if job.id in state.host_of:
+                self.guest_of_host[state.host_of[job.id]] = job.id
+                continue
+            t = state.job_type(job)
+            self.use[(job.tenant, t)] += job.gpus
+            if not job.on_loan:
+                self.own[(job.tenant, t)] += job.gpus
+        self.starts: list[Start] = []
+        self.started: dict[str, Job] = {}
+        self.preempts: list[Preempt] = []
+        self.preempted: set[str] = set()
+
+    # ---------------------------------------------------------------- capacity
+    def free_count(self, t: str) -> int:
+        return sum(len(v) for v in self.free[t].values())
+
+    def _place(self, job: Job, t: str) -> list[GpuRef] | None:
+        nodes = self.free[t]
+        need = job.gpus
+        if sum(len(v) for v in nodes.values()) < need:
+            return None
+        # best fit on one node
+        best: str | None = None
+        for nid, idle in nodes.items():
+            if len(idle) >= need and (best is None or (len(idle), nid) < (len(nodes[best]), best)):
+                best = nid
+        picks: list[tuple[str, int]] = []
+        if best is not None:
+            picks = [(best, g) for g in nodes[best][:need]]
+        else:  # spread: fullest-free nodes first
+            for nid in sorted(nodes, key=lambda n: (-len(nodes[n]), n)):
+                for g in nodes[nid]:
+                    if len(picks) == need:
+                        break
+                    picks.append((nid, g))
+                if len(picks) == need:
+                    break
+        for nid, g in picks:
+            nodes[nid].remove(g)
+            if not nodes[nid]:
+                del nodes[nid]
+        return [GpuRef.model_construct(node=n, gpu=g) for n, g in picks]
+
+    def _unplace(self, refs: list[GpuRef], t: str) -> None:
+        for r in refs:
+            lst = self.free[t].setdefault(r.node, [])
+            lst.append(r.gpu)
+            lst.sort()
+
+    def loans(self, t: str) -> list[Loan] | None:
+        """Loans covering every tenant's use of ``t`` above quota, or ``None`` if impossible."""
+        st = self.state
+        need: list[tuple[str, int]] = []
+        give: list[tuple[int, str]] = []
+        for ten in st.tenant_ids:
+            q = st.quota(ten, t)
+            u = self.use.get((ten, t), 0)
+            if u > q:
+                bl = st.borrow_limit(ten, t)
+                if bl is not None and u - q > bl:
+                    return None
+                need.append((ten, u - q))
+            elif q > u:
+                ll = st.lend_limit(ten, t)
+                idle = q - u if ll is None else min(q - u, ll)
+                if idle > 0:
+                    give.append((idle, ten))
+        if not need:
+            return []
+        give.sort(key=lambda x: (-x[0], x[1]))
+        out: list[Loan] = []
+        k = 0
+        left = [g for g, _ in give]
+        for ten, n in need:
+            while n > 0:
+                if k >= len(give):
+                    return None
+                take = min(n, left[k])
+                if take > 0:
+                    out.append(Loan.model_construct(
+                        lender=give[k][1], borrower=ten, gpu_type=t, gpus=take))
+                    left[k] -= take
+                    n -= take
+                if left[k] == 0:
+                    k += 1
+        return out
+
+    # ---------------------------------------------------------------- actions
+    def can_fit(self, job: Job) -> bool:
+        return any(self.free_count(t) >= job.gpus for t in self.state.allowed_types(job))
+
+    def start(self, job: Job, *, allow_loan: bool = True, own_only: bool = False) -> bool:
+        """Start ``job`` exclusively if some allowed type has room (and loans can cover it)."""
+        for t in self.state.allowed_types(job):
+            if self.free_count(t) < job.gpus:
+                continue
+            key = (job.tenant, t)
+            on_loan = self.own[key] + job.gpus > self.state.quota(job.tenant, t)
+            if on_loan and (not allow_loan or own_only):
+                continue
+            self.use[key] += job.gpus
+            if self.loans(t) is None:
+                self.use[key] -= job.gpus
+                continue
+            refs = self._place(job, t)
+            if refs is None:
+                self.use[key] -= job.gpus
+                continue
+            if not on_loan:
+                self.own[key] += job.gpus
+            self.starts.append(Start.model_construct(job=job.id, allocation=refs,
+                                                     on_loan=on_loan, colocated_with=None))
+            self.started[job.id] = job
+            return True
+        return False
+
+    def hosts(self) -> list[Job]:
+        """Running (kept) jobs that hold their GPUs alone: candidate MPS hosts."""
+        out = [j for j in self.running.values()
+               if j.id not in self.preempted and j.id not in self.guest_of_host
+               and j.id not in self.state.host_of]
+        out.extend(j for j in self.started.values()
+                   if j.id not in self.guest_of_host and not self._is_guest(j.id))
+        return out
+
+    def _is_guest(self, job_id: str) -> bool:
+        return job_id in self.state.host_of or any(
+            s.job == job_id and s.colocated_with for s in self.starts)
+
+    def _memory(self, job: Job) -> float | None:
+        return job.memory_gib
+
+    def can_share(self, guest: Job, host: Job) -> bool:
+        st = self.state
+        if guest.gpus > host.gpus or not guest.is_shareable or not host.is_shareable:
+            return False
+        if host.id in self.guest_of_host or host.id in self.preempted:
+            return False
+        refs = host.allocation if host.id in self.running else (
+            next(s.allocation for s in self.starts if s.job == host.id))
+        assert refs is not None
+        t = st.node_type(refs[0].node)
+        if t not in st.allowed_types(guest) or not st.snapshot.gpu_types[t].mps:
+            return False
+        mg, mh = self._memory(guest), self._memory(host)
+        if mg is None or mh is None:
+            return False
+        return mg + mh <= st.snapshot.gpu_types[t].memory_gib + 1e-9
+
+    def start_guest(self, guest: Job, host: Job) -> bool:
+        if not self.can_share(guest, host):
+            return False
+        refs = host.allocation if host.id in self.running else (
+            next(s.allocation for s in self.starts if s.job == host.id))
+        assert refs is not None
+        alloc = [GpuRef.model_construct(node=r.node, gpu=r.gpu) for r in refs[: guest.gpus]]
+        self.starts.append(Start.model_construct(job=guest.id, allocation=alloc,
+                                                 on_loan=False, colocated_with=[host.id]))
+        self.started[guest.id] = guest
+        self.guest_of_host[host.id] = guest.id
+        return True
+
+    def preempt(self, job: Job, reason: PreemptReason) -> None:
+        """Stop a running job (and its MPS guest, if any)."""
+        if job.id in self.preempted:
+            return
+        self.preempted.add(job.id)
+        st = self.state
+        lost = job.restart_cost_s
+        self.preempts.append(Preempt.model_construct(job=job.id, reason=reason, lost_s=lost))
+        if job.id in st.host_of:  # a guest: its host keeps the GPUs
+            self.guest_of_host.pop(st.host_of[job.id], None)
+            return
+        guest = self.guest_of_host.pop(job.id, None)
+        if guest is not None and guest in self.running:
+            self.preempt(self.running[guest], reason)
+        t = st.job_type(job)
+        key = (job.tenant, t)
+        self.use[key] -= job.gpus
+        if not job.on_loan:
+            self.own[key] -= job.gpus
+        assert job.allocation is not None
+        self._unplace(list(job.allocation), t)
+
+    def reclaim_for(self, job: Job) -> bool:
+        """Preempt other tenants' on-loan jobs so that ``job`` (inside its own quota) fits."""
+        st = self.state
+        for t in st.allowed_types(job):
+            key = (job.tenant, t)
+            if self.own[key] + job.gpus > st.quota(job.tenant, t):
+                continue
+            victims = sorted(
+                (j for j in self.running.values()
+                 if j.on_loan and j.tenant != job.tenant and j.id not in self.preempted
+                 and j.id not in st.host_of and st.job_type(j) == t),
+                key=lambda j: (-(j.start_s or 0.0), j.id),
+            )
+            short = job.gpus - self.free_count(t)
+            chosen: list[Job] = []
+            for v in victims:
+                if short <= 0:
+                    break
+                chosen.append(v)
+                short -= v.gpus
+            if short > 0:
+                continue
+            for v in chosen:
+                self.preempt(v, PreemptReason.RECLAIM)
+            if self.start(job, own_only=True):
+                return True
+        return False
+
+    # ---------------------------------------------------------------- result
+    def decision(self, name: str, order: list[Job], seconds: float) -> Decision:
+        """The decision: starts, preemptions, every other pending job queued in ``order``."""
+        loans: list[Loan] = []
+        for t in self.types:
+            got = self.loans(t)
+            if got is None:  # pragma: no cover - guarded at every start
+                raise AssertionError(f"{name}: loans of type '{t}' cannot be covered")
+            loans.extend(got)
+        queue = [j.id for j in order if j.id not in self.started]
+        return Decision.model_construct(
+            format=1,
+            now=self.now,
+            status="feasible",
+            solver=SolverInfo.model_construct(
+                backend=name, seconds=seconds, objective=None, bound=None, gap=None,
+                status_detail=None, fallback_reason=None, stage_seconds={}, notes=[]),
+            start=self.starts,
+            preempt=self.preempts,
+            queue=queue,
+            queue_reasons={},
+            loans=loans,
+            assurance={},
+            assurance_state={},
+            predictions=None,
+            workflow_plan=None,
+        )
+
+
+# --------------------------------------------------------------------------- baselines
+def _fifo_key(j: Job) -> tuple[float, str]:
+    return (j.submit_s, j.id)
+
+
+class _Heuristic:
+    name = "heuristic"
+    backfill = True
+
+    def order(self, pending: list[Job], snapshot: Snapshot) -> list[Job]:
+        return sorted(pending, key=_fifo_key)
+
+    def decide(self, snapshot: Snapshot, state: ClusterState) -> Decision:
+        t0 = time.perf_counter()
+        b = DecisionBuilder(state)
+        order = self.order(state.pending(), snapshot)
+        self.fill(b, order)
+        return b.decision(self.name, order, time.perf_counter() - t0)
+
+    def fill(self, b: DecisionBuilder, order: list[Job]) -> None:
+        for job in order:
+            if not b.start(job) and not self.backfill:
+                break
+
+
+class FifoPolicy(_Heuristic):
+    name = "fifo"
+    backfill = False
+
+
+class SjfPolicy(_Heuristic):
+    name = "sjf"
+
+    def order(self, pending: list[Job], snapshot: Snapshot) -> list[Job]:
+        return sorted(pending, key=lambda j: (estimate(j), j.submit_s, j.id))
+
+
+class QssfPolicy(_Heuristic):
+    name = "qssf"
+
+    def order(self, pending: list[Job], snapshot: Snapshot) -> list[Job]:
+        return sorted(pending, key=lambda j: (estimate(j) * j.gpus, j.submit_s, j.id))
+
+
+class TiresiasPolicy(_Heuristic):
+    """Discretised 2D-LAS; attained service is tracked across epochs by the policy itself."""
+
+    name = "tiresias"
+
+    def __init__(self, thresholds_gpu_s: tuple[float, ...] = (3600.0, 36000.0)) -> None:
+        self.thresholds = thresholds_gpu_s
+        self.attained: dict[str, float] = defaultdict(float)
+        self._seen: dict[str, float] = {}
+
+    def _queue(self, job: Job) -> int:
+        a = self.attained.get(job.id, 0.0)
+        return sum(1 for th in self.thresholds if a >= th)
+
+    def decide(self, snapshot: Snapshot, state: ClusterState) -> Decision:
+        t0 = time.perf_counter()
+        now = snapshot.now
+        running = state.running()
+        seen: dict[str, float] = {}
+        for j in running:
+            since = max(self._seen.get(j.id, j.start_s or now), j.start_s or now)
+            self.attained[j.id] += j.gpus * max(0.0, now - since)
+            seen[j.id] = now
+        self._seen = seen
+        b = DecisionBuilder(state)
+
+        def key(j: Job) -> tuple[int, float, str]:
+            return (self._queue(j), j.submit_s, j.id)
+
+        order = sorted(state.pending(), key=key)
+        for job in order:
+            if b.start(job):
+                continue
+            q = self._queue(job)
+            types = state.allowed_types(job)
+            victims = sorted(
+                (r for r in running
+                 if r.id not in b.preempted and r.is_preemptible and self._queue(r) > q
+                 and state.job_type(r) in types and r.id not in state.host_of),
+                key=lambda r: (-self._queue(r), -(r.start_s or 0.0), r.id),
+            )
+            for t in types:
+                vt = [v for v in victims if state.job_type(v) == t]
+                short = job.gpus - b.free_count(t)
+                chosen: list[Job] = []
+                for v in vt:
+                    if short <= 0:
+                        break
+                    chosen.append(v)
+                    short -= v.gpus
+                if short > 0 or not chosen:
+                    continue
+                for v in chosen:
+                    b.preempt(v, PreemptReason.PRIORITY)
+                if b.start(job):
+                    break
+        for jid in list(self.attained):
+            if jid not in state.job_index:
+                del self.attained[jid]
+        return b.decision(self.name, order, time.perf_counter() - t0)
+
+
+class KueuePolicy(_Heuristic):
+    """Strict quota first (with reclaim), then borrowing; FIFO with backfill; no sharing."""
+
+    name = "kueue"
+
+    def fill(self, b: DecisionBuilder, order: list[Job]) -> None:
+        for job in order:  # nominal quota, reclaiming lent quota when needed
+            if not b.start(job, own_only=True):
+                b.reclaim_for(job)
+        for job in order:  # borrowing
+            if job.id not in b.started:
+                b.start(job)
+
+
+class GandivaPolicy(_Heuristic):
+    """FIFO with backfill; pack what does not fit onto the first host whose memory allows."""
+
+    name = "gandiva"
+
+    def fill(self, b: DecisionBuilder, order: list[Job]) -> None:
+        for job in order:
+            if b.start(job):
+                continue
+            for host in sorted(b.hosts(), key=lambda h: (h.gpus, h.id)):
+                if b.start_guest(job, host):
+                    break
+
+
+class LucidPolicy(_Heuristic):
+    """QSSF order; pair only low-sharing-score jobs of equal GPU count; never preempt."""
+
+    name = "lucid"
+
+    def __init__(self, max_label_sum: int = 1, interference: Interference | None = None) -> None:
+        self.max_label_sum = max_label_sum
+        self.prof = interference or Interference.load()
+
+    def order(self, pending: list[Job], snapshot: Snapshot) -> list[Job]:
+        return sorted(pending, key=lambda j: (estimate(j) * j.gpus, j.submit_s, j.id))
+
+    def label(self, job: Job) -> int | None:
+        f = job.features or {}
+        try:
+            key = (str(f["model"]), str(f["dataset"]), int(f["batchsize"]), int(f["amp"]))
+        except (KeyError, TypeError, ValueError):
+            return None
+        p = self.prof.profile(key)
+        return None if p is None else p.label
+
+    def fill(self, b: DecisionBuilder, order: list[Job]) -> None:
+        for job in order:
+            if b.start(job):
+                continue
+            lj = self.label(job)
+            if lj is None or lj >= 2:
+                continue
+            for host in sorted(b.hosts(), key=lambda h: (h.gpus, h.id)):
+                lh = self.label(host)
+                if host.gpus != job.gpus or lh is None or lj + lh > self.max_label_sum:
+                    continue
+                if b.start_guest(job, host):
+                    break
+
+
+# --------------------------------------------------------------------------- optsched
+class OraclePredictor:
+    """Returns the simulator's ground truth: true total runtime, memory and pair speeds.
+
+    For the predictor comparison only (issue 4): no real scheduler can have it.
+    """
+
+    name = "oracle"
+
+    def __init__(self, truth: GroundTruth) -> None:
+        self.truth = truth
+
+    def predict_jobs(self, state: ClusterState) -> Predictions:
+        out: dict[str, JobEstimate] = {}
+        for job in state.snapshot.jobs:
+            rt = self.truth.runtime.get(job.id)
+            mem = self.truth.memory.get(job.id) or job.memory_gib
+            if mem is None:
+                mem = max(state.snapshot.gpu_types[t].memory_gib for t in state.allowed_types(job))
+            out[job.id] = JobEstimate(
+                rt if rt is not None else DEFAULT_RUNTIME_S, mem, "oracle", "oracle")
+        return Predictions(jobs=out, source="oracle")
+
+    def predict_pair(self, state: ClusterState, host: Job, guest: Job) -> PairEstimate:
+        hs, gs = self.truth.pair_speeds(host.id, guest.id)
+        return PairEstimate(hs, gs, "oracle")
+
+
+class OptschedPolicy:
+    """The engine: :func:`optsched.solve_epoch` with a backend, time limit and predictor."""
+
+    name = "optsched"
+
+    def __init__(self, *, backend: str = "cpsat", time_limit_s: float = 0.2, seed: int = 0,
+                 predictor: str = "trained", truth: GroundTruth | None = None,
+                 num_workers: int = 1) -> None:
+        from optsched.backends.base import SolveParams
+
+        self.params = SolveParams(backend=backend, time_limit_s=time_limit_s, seed=seed,
+                                  num_workers=num_workers)
+        self.predictor_name = predictor
+        self.predictor: Any = None
+        if predictor == "oracle":
+            if truth is None:
+                raise ValueError("the oracle predictor needs the simulator's ground truth")
+            self.predictor = OraclePredictor(truth)
+        elif predictor == "fallback":
+            from optsched.predict.fallback import EstimatePredictor
+
+            self.predictor = EstimatePredictor()
+        elif predictor != "trained":
+            raise ValueError(f"unknown predictor '{predictor}' (trained, fallback, oracle)")
+        # "trained": None lets solve_epoch use its default (trained models when present)
+
+    def decide(self, snapshot: Snapshot, state: ClusterState) -> Decision:
+        from optsched.epoch import solve_epoch
+
+        return solve_epoch(snapshot, params=self.params, predictor=self.predictor)
+
+
+POLICIES: dict[str, str] = {
+    "fifo": "strict FIFO, pooled",
+    "sjf": "shortest estimated job first, backfill, pooled",
+    "qssf": "Helios QSSF: smallest estimated GPU-time first, pooled",
+    "tiresias": "Tiresias discretised 2D-LAS with preemption, pooled",
+    "kueue": "Kueue-like quota + borrowing + reclaim, no sharing",
+    "gandiva": "Gandiva-like greedy packer (sharing, no interference model)",
+    "lucid": "Lucid-like non-intrusive sharing (low sharing scores only)",
+    "optsched": "the optsched engine (solve_epoch)",
+}
+"""Every policy name, with a one-line description."""
+
+
+def make_policy(name: str, *, seed: int = 0, truth: GroundTruth | None = None,
+                options: dict[str, Any] | None = None) -> Policy:
+    """A fresh policy by name (policies may keep state across epochs of one run)."""
+    opts = dict(options or {})
+    factories: dict[str, Callable[[], Policy]] = {
+        "fifo": FifoPolicy,
+        "sjf": SjfPolicy,
+        "qssf": QssfPolicy,
+        "tiresias": TiresiasPolicy,
+        "kueue": KueuePolicy,
+        "gandiva": GandivaPolicy,
+        "lucid": LucidPolicy,
+        "optsched": lambda: OptschedPolicy(seed=seed, truth=truth, **opts),
+    }
+    if name not in factories:
+        raise ValueError(f"unknown policy '{name}' (choose from {', '.join(POLICIES)})")
+    return factories[name]()

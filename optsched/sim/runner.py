@@ -1,0 +1,199 @@
+"""Running (trace, policy, seed) replays, in parallel processes, and storing their event logs.
+
+A stored run is a folder ``<out>/runs/<policy>/seed<k>/`` with ``meta.json`` and one gzipped
+CSV per table of the :class:`~optsched.sim.cluster.EventLog` (``jobs``, ``segments``,
+``preemptions``, ``decisions``, ``assurance``). :func:`load_log` reads it back, so metrics
+and plots can be recomputed from disk.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import math
+import os
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from optsched.sim.cluster import EventLog, GroundTruth, SimConfig, Simulator
+from optsched.sim.metrics import SUMMARY_KEYS, aggregate, per_tenant, summarize
+from optsched.sim.policies import make_policy
+from optsched.sim.trace import DEFAULT_QOS_DELAY_S, GuaranteeRule, Trace, load_trace
+
+TABLES = ("jobs", "segments", "preemptions", "decisions", "assurance")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One replay: everything needed to rebuild it in another process."""
+
+    trace: str
+    policy: str
+    seed: int
+    config: SimConfig = field(default_factory=SimConfig)
+    policy_options: dict[str, Any] = field(default_factory=dict)
+    qos_delay_s: float = DEFAULT_QOS_DELAY_S
+    guarantee: GuaranteeRule = field(default_factory=GuaranteeRule)
+    max_jobs: int | None = None
+
+
+def _trace_for(spec: RunSpec) -> Trace:
+    return load_trace(spec.trace, qos_delay_s=spec.qos_delay_s, guarantee=spec.guarantee,
+                      max_jobs=spec.max_jobs)
+
+
+def run_one(spec: RunSpec, trace: Trace | None = None) -> EventLog:
+    """Replay ``spec`` and return its event log (``trace`` avoids re-reading the file)."""
+    tr = trace if trace is not None else _trace_for(spec)
+    truth = GroundTruth(tr, spec.seed, spec.config)
+    policy = make_policy(spec.policy, seed=spec.seed, truth=truth, options=spec.policy_options)
+    return Simulator(tr, policy, seed=spec.seed, config=spec.config, truth=truth).run()
+
+
+def _write_table(path: Path, table: dict[str, list[Any]]) -> None:
+    names = list(table)
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(names)
+    w.writerows(zip(*(table[n] for n in names), strict=True))
+    with path.open("wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0,
+                                              filename="") as gz:
+        gz.write(buf.getvalue().encode())
+
+
+def _parse(value: str) -> Any:
+    if value in ("True", "False"):
+        return value == "True"
+    try:
+        return int(value)
+    except ValueError:
+        pass
+    try:
+        return float(value)
+    except ValueError:
+        return value
+
+
+_STRING_COLUMNS = {"id", "tenant", "user", "qos", "reason", "status"}
+
+
+def _read_table(path: Path) -> dict[str, list[Any]]:
+    with gzip.open(path, "rt", newline="") as fh:
+        reader = csv.reader(fh)
+        names = next(reader)
+        cols: dict[str, list[Any]] = {n: [] for n in names}
+        for row in reader:
+            for n, v in zip(names, row, strict=True):
+                cols[n].append(v if n in _STRING_COLUMNS else _parse(v))
+    return cols
+
+
+def save_log(log: EventLog, folder: str | Path) -> Path:
+    """Write ``log`` to ``folder`` (created)."""
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    meta = {k: v for k, v in asdict(log).items() if k not in TABLES}
+    (out / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True))
+    for name in TABLES:
+        _write_table(out / f"{name}.csv.gz", getattr(log, name))
+    return out
+
+
+def load_log(folder: str | Path) -> EventLog:
+    """Read an event log written by :func:`save_log`."""
+    src = Path(folder)
+    meta = json.loads((src / "meta.json").read_text())
+    meta["window"] = tuple(meta["window"])
+    log = EventLog(**meta)
+    for name in TABLES:
+        setattr(log, name, _read_table(src / f"{name}.csv.gz"))
+    return log
+
+
+def run_dir(out: str | Path, policy: str, seed: int) -> Path:
+    return Path(out) / "runs" / policy / f"seed{seed}"
+
+
+def _run_and_save(spec: RunSpec, out: str | None) -> tuple[RunSpec, dict[str, float],
+                                                          dict[str, dict[str, float]]]:
+    log = run_one(spec)
+    if out is not None:
+        save_log(log, run_dir(out, spec.policy, spec.seed))
+    return spec, summarize(log), per_tenant(log)
+
+
+def run_many(
+    specs: Iterable[RunSpec],
+    *,
+    out: str | Path | None = None,
+    workers: int = 1,
+    on_done: Callable[[RunSpec, dict[str, float]], None] | None = None,
+) -> dict[str, Any]:
+    """Run every spec (``workers`` processes) and return the summary (see :func:`summary`)."""
+    specs = list(specs)
+    results: list[tuple[RunSpec, dict[str, float], dict[str, dict[str, float]]]] = []
+    outs = str(out) if out is not None else None
+    if workers <= 1:
+        for s in specs:
+            r = _run_and_save(s, outs)
+            results.append(r)
+            if on_done:
+                on_done(r[0], r[1])
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            futs = [pool.submit(_run_and_save, s, outs) for s in specs]
+            for fut in as_completed(futs):
+                r = fut.result()
+                results.append(r)
+                if on_done:
+                    on_done(r[0], r[1])
+    order = {(s.policy, s.seed): k for k, s in enumerate(specs)}
+    results.sort(key=lambda r: order[(r[0].policy, r[0].seed)])
+    return summary(results)
+
+
+def summary(results: list[tuple[RunSpec, dict[str, float], dict[str, dict[str, float]]]]
+            ) -> dict[str, Any]:
+    """``{"policies": {p: {key: {"mean", "per_seed"}}, ...}, "seeds": [...], ...}``."""
+    by_policy: dict[str, list[tuple[RunSpec, dict[str, float], dict[str, dict[str, float]]]]]
+    by_policy = {}
+    for r in results:
+        by_policy.setdefault(r[0].policy, []).append(r)
+    out: dict[str, Any] = {"policies": {}, "per_tenant": {}}
+    seeds: list[int] = []
+    for pol, rs in by_policy.items():
+        out["policies"][pol] = aggregate([m for _, m, _ in rs])
+        tenants: dict[str, Any] = {}
+        for ten in rs[0][2]:
+            tenants[ten] = aggregate([t.get(ten, {}) for _, _, t in rs])
+        out["per_tenant"][pol] = tenants
+        seeds = [s.seed for s, _, _ in rs]
+    out["seeds"] = seeds
+    out["keys"] = list(SUMMARY_KEYS)
+    if results:
+        first = results[0][0]
+        out["trace"] = first.trace
+        out["config"] = asdict(first.config)
+        out["qos_delay_s"] = first.qos_delay_s
+        out["guarantee"] = asdict(first.guarantee)
+    return out
+
+
+def default_workers() -> int:
+    return max(1, min(os.cpu_count() or 1, 8))
+
+
+def clean(obj: Any) -> Any:
+    """NaN/inf → None, recursively (JSON has no NaN)."""
+    if isinstance(obj, float) and (math.isnan(obj) or math.isinf(obj)):
+        return None
+    if isinstance(obj, dict):
+        return {k: clean(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [clean(v) for v in obj]
+    return obj
