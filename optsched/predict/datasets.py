@@ -17,7 +17,9 @@ Trace-specific choices (documented in ``docs/predictors.md``):
   creation or a deletion time (alive at the trace's start or end) are dropped.
 * **Venus surrogate** (SYNTHETIC durations): tenant = ``vc``; the anchor row before Sept 2020 is
   dropped; the trace has no start times, so ``end_s = submit_s + duration`` (a lower bound of
-  the real end).
+  the real end). ``estimate_s`` is Lucid's QSSF estimate from ``Venus_Sept_lgb.csv`` when that
+  file is in the traces folder (values <= 0 become 1000 s, Lucid's rule), as the simulator
+  does. The surrogate's durations were drawn rank-correlated with that estimate.
 
 pandas is imported lazily: it is an optional dependency (the ``ml`` extra).
 """
@@ -47,6 +49,7 @@ JOB_COLUMNS: tuple[str, ...] = (
     "dataset",
     "batchsize",
     "amp",
+    "estimate_s",
     "submit_s",
     "end_s",
     "runtime_s",
@@ -59,6 +62,9 @@ RUNTIME_TRACES: dict[str, str] = {
 }
 """Default file of each runtime trace, relative to the traces folder."""
 
+VENUS_ESTIMATES = "lucid_venus/Venus_Sept_lgb.csv"
+"""Lucid's QSSF LightGBM duration estimates of the Sept Venus jobs (the simulator puts them
+into ``Job.runtime_s``)."""
 SINGLE_DATA = "lucid_venus/single_data.csv"
 COLOCATE_INFO = "lucid_venus/colocate_info.csv"
 
@@ -145,11 +151,22 @@ def load_alibaba2025(path: Path) -> pd.DataFrame:
     return _finish(df)
 
 
-def load_venus(path: Path) -> pd.DataFrame:
+def read_estimates(path: Path) -> dict[str, float]:
+    """Lucid's estimator file (``job_id, priority``) as seconds by job id (<= 0 -> 1000)."""
+    import pandas as pd
+
+    raw = pd.read_csv(path)
+    return {
+        str(j): (1000.0 if float(v) <= 0 else float(v))
+        for j, v in zip(raw["job_id"], raw["priority"], strict=True)
+    }
+
+
+def load_venus(path: Path, estimates: Path | None = None) -> pd.DataFrame:
     """A Venus surrogate log (Lucid's ``cluster_full_log`` schema) as a canonical job table.
 
     The durations of the surrogate are SYNTHETIC. ``submit_s`` counts from midnight of the
-    first real day (2020-09-01).
+    first real day (2020-09-01). ``estimates``: an estimator file for ``estimate_s``.
     """
     import pandas as pd
 
@@ -177,6 +194,9 @@ def load_venus(path: Path) -> pd.DataFrame:
         }
     )
     df["end_s"] = df["submit_s"] + df["runtime_s"]
+    if estimates is not None:
+        est = read_estimates(estimates)
+        df["estimate_s"] = [est.get(j, math.nan) for j in df["job_id"]]
     return _finish(df)
 
 
@@ -187,8 +207,9 @@ LOADERS = {
 }
 
 
-def load_runtime_trace(name: str, traces: Path) -> tuple[pd.DataFrame, Path]:
-    """Canonical job table of the runtime trace ``name`` found under ``traces``.
+def load_runtime_trace(name: str, traces: Path) -> tuple[pd.DataFrame, list[Path]]:
+    """Canonical job table of the runtime trace ``name`` found under ``traces``, and the files
+    read (the Venus surrogate also reads :data:`VENUS_ESTIMATES` when present).
 
     Raises
     ------
@@ -200,7 +221,9 @@ def load_runtime_trace(name: str, traces: Path) -> tuple[pd.DataFrame, Path]:
     if name not in LOADERS:
         raise KeyError(f"unknown runtime trace '{name}'; known: {sorted(LOADERS)}")
     path = resolve(traces, RUNTIME_TRACES[name])
-    return LOADERS[name](path), path
+    if name == "venus_surrogate" and traces.is_dir() and (traces / VENUS_ESTIMATES).is_file():
+        return load_venus(path, traces / VENUS_ESTIMATES), [path, traces / VENUS_ESTIMATES]
+    return LOADERS[name](path), [path]
 
 
 def load_single(path: Path) -> pd.DataFrame:

@@ -146,6 +146,10 @@ def evaluate_runtime(
     test_rows, y_test = rows[cut:], y[cut:]
     pred = np.maximum(np.expm1(fit.predict(test_rows)), 1.0)
     preds = {"model": pred, **history_baselines(test_rows, y[:cut])}
+    est = _col(test_rows, "estimate_s")
+    coverage = float(np.mean(~np.isnan(est)))
+    if coverage > 0:
+        preds["estimate"] = _first(est, preds["tenant_history_median"])
     scores = {k: point_metrics(y_test, v, log=True) for k, v in preds.items()}
     best: dict[str, str] = {}
     for m in ("mae", "mae_log"):
@@ -161,8 +165,10 @@ def evaluate_runtime(
         "ratio_to_best_history": {
             m: scores["model"][m] / scores[best[m]][m] for m in ("mae", "mae_log")
         },
-        "user_estimate": "none of these traces carries a user runtime estimate",
+        "estimate_coverage": coverage,
     }
+    if coverage == 0:
+        metrics["estimate_note"] = "the trace carries no runtime estimate"
     return metrics, fit, {"true": y_test, **preds}
 
 
@@ -368,9 +374,9 @@ def evaluate_all(
     result: dict[str, Any] = {"seed": seed, "runtime": {}}
     for name in runtime_traces:
         step(f"runtime: {name}")
-        df, path = load_runtime_trace(name, traces)
+        df, paths = load_runtime_trace(name, traces)
         metrics, _, arrays = evaluate_runtime(df, seed)
-        metrics["data"] = data_info([path], traces, rows=len(df))
+        metrics["data"] = data_info(paths, traces, rows=len(df))
         if name == "venus_surrogate":
             metrics["note"] = "SYNTHETIC durations (Venus surrogate); not real Venus numbers"
         result["runtime"][name] = metrics

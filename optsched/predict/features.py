@@ -1,8 +1,9 @@
 """Feature rows of the three predictors: the only place features are defined.
 
-Runtime features (:data:`RUNTIME_FEATURES`) are known at submission: the tenant, the job's
-``features`` (keys below), the GPU request, the hour of ``submit_s`` and the
-``hist_*`` statistics of :class:`~optsched.predict.history.RuntimeHistory`.
+Runtime features (:data:`RUNTIME_FEATURES`) are known at submission: the job's ``features``
+(keys below), the GPU request, the hour of ``submit_s``, the snapshot's own runtime estimate
+(``Job.runtime_s``, when given) and the ``hist_*`` statistics of
+:class:`~optsched.predict.history.RuntimeHistory` for the job's user and tenant.
 
 Job feature keys read from ``Job.features`` (all optional; a missing one is a missing value):
 
@@ -52,6 +53,7 @@ RUNTIME_NUMERIC: tuple[str, ...] = (
     "batchsize",
     "amp",
     "hour",
+    "estimate_s",
     *HIST_KEYS,
 )
 """Tenant and user enter through their ``hist_*`` statistics, not as category ids: ids
@@ -120,9 +122,17 @@ def _str(value: Value) -> str | None:
 
 
 def runtime_row(
-    tenant: str, gpus: float, submit_s: float, features: Mapping[str, Value] | None
+    tenant: str,
+    gpus: float,
+    submit_s: float,
+    features: Mapping[str, Value] | None,
+    estimate_s: float | None = None,
 ) -> Row:
-    """The runtime feature row of one job from submit-time information only."""
+    """The runtime feature row of one job from submit-time information only.
+
+    ``estimate_s`` is the runtime estimate the snapshot carries (``Job.runtime_s``: the
+    user's, or an upstream estimator's), if any.
+    """
     f = features or {}
     row: Row = {
         "tenant": _str(tenant),
@@ -139,6 +149,7 @@ def runtime_row(
         "batchsize": _num(f.get("batchsize")),
         "amp": _num(f.get("amp")),
         "hour": (submit_s % 86400.0) / 3600.0,
+        "estimate_s": _num(estimate_s),
     }
     for key in HIST_KEYS:
         row[key] = _num(f.get(key))
@@ -150,7 +161,7 @@ def job_runtime_row(job: Job) -> Row:
     feats: dict[str, Value] = dict(job.features or {})
     if "gpu_type" not in feats and job.gpu_types is not None and len(job.gpu_types) == 1:
         feats["gpu_type"] = job.gpu_types[0]
-    return runtime_row(job.tenant, float(job.gpus), job.submit_s, feats)
+    return runtime_row(job.tenant, float(job.gpus), job.submit_s, feats, job.runtime_s)
 
 
 def memory_row(features: Mapping[str, Value] | None) -> Row:

@@ -6,11 +6,11 @@ optional: one whose folder is missing is replaced by the fallback rules of
 
 * runtime: ``model:runtime/<version>`` (always, when loaded; unknown features are missing
   values for LightGBM), else ``estimate`` / ``default``;
-* memory: ``model:memory/<version>`` when the job's ``features`` name at least its ``model``
-  (a measured profile, times the pair margin, if ``(model, dataset, batchsize, amp)`` is in
-  the shipped table; the booster times its margin otherwise), else the snapshot's
-  ``memory_gib`` (``estimate``), else the full memory of the largest allowed GPU
-  (``default``). A prediction never exceeds that full memory;
+* memory: ``model:memory/<version>`` when the job's profile ``(model, dataset, batchsize,
+  amp)`` is in the shipped table (its measured memory times the pair margin); else the
+  snapshot's ``memory_gib`` (``estimate``); else, when the job names a ``model``,
+  ``model:memory/<version>`` from the booster times its (large) margin; else the full memory
+  of the largest allowed GPU (``default``). A prediction never exceeds that full memory;
 * pair speeds: ``model:interference/<version>`` when both jobs' profiles
   ``(model, dataset, batchsize, amp)`` are in the shipped table (``profiles.json``), else the
   fallback's pessimistic ``default``.
@@ -148,6 +148,8 @@ class LightGBMPredictor:
             if folder is not None:
                 self.boosters[pred] = Booster.load(folder)
         self._profiles: dict[ProfileKey, dict[str, float]] = {}
+        self._pair_cache: dict[tuple[ProfileKey, ProfileKey], tuple[float, float]] = {}
+        """Pair speeds depend only on the two profiles: computed once per ordered pair."""
         for pred in ("interference", "memory"):
             b = self.boosters.get(pred)
             if b is not None and (b.folder / "profiles.json").is_file():
@@ -188,16 +190,15 @@ class LightGBMPredictor:
         todo: list[int] = []
         for i, job in enumerate(jobs):
             feats = job.features or {}
-            if mb is not None and feats.get("model") is not None:
-                key = profile_key(feats)
-                if key is not None and key in self._profiles:
-                    margin = float(mb.card.get("profile_margin", 1.0))
-                    mib = self._profiles[key]["gmem"] * margin
-                    out[i] = (min(mib / 1024.0, _max_memory(state, job)), mb.source)
-                else:
-                    todo.append(i)
+            key = profile_key(feats)
+            if mb is not None and key is not None and key in self._profiles:
+                margin = float(mb.card.get("profile_margin", 1.0))
+                mib = self._profiles[key]["gmem"] * margin
+                out[i] = (min(mib / 1024.0, _max_memory(state, job)), mb.source)
             elif job.memory_gib is not None:
                 out[i] = (job.memory_gib, "estimate")
+            elif mb is not None and feats.get("model") is not None:
+                todo.append(i)
             else:
                 out[i] = (_max_memory(state, job), "default")
         if todo and mb is not None:
@@ -217,6 +218,12 @@ class LightGBMPredictor:
         hk, gk = profile_key(hf), profile_key(gf)
         if hk not in self._profiles or gk not in self._profiles:
             return PairEstimate(DEFAULT_PAIR_SPEED, DEFAULT_PAIR_SPEED, "default")
-        raw = b.predict([pair_row(hf, gf, self._profiles), pair_row(gf, hf, self._profiles)])
-        hs, gs = (float(np.clip(v, MIN_SPEED, 1.0)) for v in raw)
-        return PairEstimate(hs, gs, b.source)
+        cached = self._pair_cache.get((hk, gk))
+        if cached is None:
+            raw = b.predict([pair_row(hf, gf, self._profiles), pair_row(gf, hf, self._profiles)])
+            cached = (
+                float(np.clip(raw[0], MIN_SPEED, 1.0)),
+                float(np.clip(raw[1], MIN_SPEED, 1.0)),
+            )
+            self._pair_cache[(hk, gk)] = cached
+        return PairEstimate(cached[0], cached[1], b.source)

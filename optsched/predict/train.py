@@ -180,7 +180,10 @@ def runtime_rows(records: Sequence[dict[str, Any]], window: int | None = None) -
             )
         }
         feats.update(hist.features_for(str(r["tenant"]), r["user"] or "", float(r["submit_s"])))
-        rows.append(runtime_row(str(r["tenant"]), float(r["gpus"]), float(r["submit_s"]), feats))
+        est = r.get("estimate_s")
+        rows.append(
+            runtime_row(str(r["tenant"]), float(r["gpus"]), float(r["submit_s"]), feats, est)
+        )
     return rows
 
 
@@ -459,10 +462,10 @@ def train_models(
 
     folders: dict[str, Path] = {}
     say(f"runtime ({runtime_trace})")
-    df, path = load_runtime_trace(runtime_trace, traces)
+    df, paths = load_runtime_trace(runtime_trace, traces)
     metrics, fit, _ = evaluate_runtime(df, seed)
     info = data_info(
-        [path],
+        paths,
         traces,
         trace=runtime_trace,
         rows=metrics["n_train"],

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from optsched.predict.datasets import COLOCATE_INFO, RUNTIME_TRACES, SINGLE_DATA
+from optsched.predict.datasets import COLOCATE_INFO, RUNTIME_TRACES, SINGLE_DATA, VENUS_ESTIMATES
 
 MODELS = ("ResNet18", "VGG", "BERT", "LSTM")
 DATASETS = {"ResNet18": "CIFAR-10", "VGG": "ImageNet", "BERT": "SQuAD", "LSTM": "Wiki"}
@@ -123,13 +123,23 @@ def venus_log(n: int = 400, seed: int = 0) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def estimates(log: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
+    """An estimator file (``job_id, priority``): noisy durations, one of them negative."""
+    rng = np.random.default_rng(seed + 100)
+    prio = (log["duration"] * rng.lognormal(0.0, 1.0, len(log))).round()
+    prio.iloc[-1] = -5
+    return pd.DataFrame({"job_id": log["job_id"], "priority": prio})
+
+
 def write_traces(root: Path, seed: int = 0) -> Path:
     """A traces folder with the files ``optsched train`` needs (Venus-surrogate layout)."""
     single = single_data(seed)
+    log = venus_log(seed=seed)
     for rel, df, kw in (
         (SINGLE_DATA, single, {"index": False}),
         (COLOCATE_INFO, colocate_info(single, seed=seed), {"index": True}),
-        (RUNTIME_TRACES["venus_surrogate"], venus_log(seed=seed), {"index": False}),
+        (RUNTIME_TRACES["venus_surrogate"], log, {"index": False}),
+        (VENUS_ESTIMATES, estimates(log, seed), {"index": False}),
     ):
         p = root / rel
         p.parent.mkdir(parents=True, exist_ok=True)

@@ -49,6 +49,11 @@ def test_train_then_evaluate(app, tmp_path):
     rt = metrics["runtime"]["venus_surrogate"]
     assert {"mae", "mae_log", "mdape_pct"} <= set(rt["model"])
     assert {"user_history_mean", "tenant_history_median", "global_median"} <= set(rt["baselines"])
+    assert "estimate" in rt["baselines"] and rt["estimate_coverage"] == 1.0
+    assert [f["file"] for f in rt["data"]["files"]] == [
+        "venus_surrogate_SYNTHETIC/cluster_full_log_SYNTHETIC_matched_seed0.csv.gz",
+        "lucid_venus/Venus_Sept_lgb.csv",
+    ]
     assert 0 <= metrics["memory"]["kfold_heldout"]["model"]["under_rate"] <= 1
     assert {"mean", "lucid_rule"} <= set(metrics["interference"]["baselines"])
     assert sorted(p.name for p in out.glob("*.png")) == [

@@ -48,6 +48,8 @@ def test_job_row_reads_features_and_hour():
     assert row["gpus"] == 2.0 and row["hour"] == 2.0
     assert row["name_tok"] == "resnet" and row["gpu_type"] == "A100"
     assert row["batchsize"] == 64.0 and math.isnan(float(row["cpu_num"]))  # type: ignore[arg-type]
+    assert math.isnan(float(row["estimate_s"]))  # type: ignore[arg-type]
+    assert job_runtime_row(job.model_copy(update={"runtime_s": 90.0}))["estimate_s"] == 90.0
 
 
 def test_encode_unknown_category_is_missing():
@@ -103,6 +105,20 @@ def _same(a, b):
         if va != vb:
             return False
     return True
+
+
+def test_venus_reader_joins_estimates(tmp_path):
+    from optsched.predict.datasets import load_venus
+    from tests.predict.synth import estimates
+
+    log = venus_log(n=30)
+    log.to_csv(tmp_path / "log.csv", index=False)
+    est = estimates(log)
+    est.to_csv(tmp_path / "est.csv", index=False)
+    df = load_venus(tmp_path / "log.csv", tmp_path / "est.csv")
+    by_id = dict(zip(est["job_id"].astype(str), est["priority"], strict=True))
+    for j, e in zip(df["job_id"], df["estimate_s"], strict=True):
+        assert e == (1000.0 if by_id[j] <= 0 else by_id[j])
 
 
 def test_venus_reader_drops_anchor_and_sorts(tmp_path):

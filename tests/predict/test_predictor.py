@@ -68,6 +68,16 @@ def _state() -> ClusterState:
             "features": {"model": "VGG", "dataset": "Other", "batchsize": 48, "amp": 0},
         },
         {
+            "id": "unprofiled_est",  # profile unknown, but the snapshot knows its memory
+            "tenant": "vcA",
+            "qos": "best_effort",
+            "gpus": 1,
+            "submit_s": 150.0,
+            "state": "pending",
+            "memory_gib": 7.0,
+            "features": {"model": "VGG", "dataset": "Other", "batchsize": 48, "amp": 0},
+        },
+        {
             "id": "bare",
             "tenant": "vcB",
             "qos": "guaranteed",
@@ -113,6 +123,8 @@ def test_trained_predictor_says_its_sources(trained):
     assert est["known"].memory_source == "model:memory/v1"
     assert est["unprofiled"].memory_source == "model:memory/v1"
     assert est["bare"].memory_source == "estimate" and est["bare"].memory_gib == 5.0
+    assert est["unprofiled_est"].memory_source == "estimate"
+    assert est["unprofiled_est"].memory_gib == 7.0
     assert est["nothing"].memory_source == "default" and est["nothing"].memory_gib == 40.0
     assert all(e.memory_gib <= 40.0 for e in est.values())
     # a known profile is its measured memory times a margin >= 1
