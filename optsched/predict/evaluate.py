@@ -322,10 +322,15 @@ def plot_pred_vs_true(
     title: str,
     unit: str,
     log: bool = False,
-) -> None:
-    """Scatter of predicted vs true values, one colour per series, with the diagonal."""
-    import matplotlib
+) -> bool:
+    """Scatter of predicted vs true values, one colour per series, with the diagonal.
 
+    Returns ``False`` (and draws nothing) when matplotlib is not installed.
+    """
+    try:
+        import matplotlib
+    except ImportError:
+        return False
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -346,6 +351,7 @@ def plot_pred_vs_true(
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+    return True
 
 
 # -------------------------------------------------------------------------------- driver
@@ -372,6 +378,7 @@ def evaluate_all(
     """Evaluate every predictor; write ``out/metrics.json`` and PNG plots; return metrics."""
     out.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"seed": seed, "runtime": {}}
+    drawn = False
     for name in runtime_traces:
         step(f"runtime: {name}")
         df, paths = load_runtime_trace(name, traces)
@@ -381,7 +388,7 @@ def evaluate_all(
             metrics["note"] = "SYNTHETIC durations (Venus surrogate); not real Venus numbers"
         result["runtime"][name] = metrics
         best = metrics["best_history_baseline"]["mae"]
-        plot_pred_vs_true(
+        drawn = plot_pred_vs_true(
             out / f"runtime_{name}.png",
             arrays["true"],
             {"lightgbm": arrays["model"], best: arrays[best]},
@@ -414,5 +421,7 @@ def evaluate_all(
         "colocated speed, held-out model pairs",
         "speed",
     )
+    if not drawn:
+        result["plots"] = "skipped: matplotlib is not installed"
     (out / "metrics.json").write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
     return result
