@@ -49,11 +49,13 @@ def default_predictor(models_dir: Path | str | None = None) -> Predictor:
             stacklevel=2,
         )
         return EstimatePredictor()
+    from lightgbm.basic import LightGBMError
+
     from optsched.predict.lgbm import LightGBMPredictor, ModelCardError
 
     try:
         pred = LightGBMPredictor(folder)
-    except (ModelCardError, OSError, ValueError, KeyError) as exc:
+    except (ModelCardError, LightGBMError, OSError, ValueError, KeyError) as exc:
         warnings.warn(
             f"could not load the models in '{folder}': {exc}; using fallback estimates",
             PredictionFallbackWarning,

@@ -186,6 +186,14 @@ def test_card_with_other_features_is_rejected(trained, tmp_path):
     assert isinstance(pred, EstimatePredictor)
 
 
+def test_corrupt_booster_falls_back(trained, tmp_path):
+    shutil.copytree(trained, tmp_path / "m")
+    (tmp_path / "m/memory/v1/model.txt").write_text("not a booster\n")
+    with pytest.warns(PredictionFallbackWarning, match="could not load"):
+        pred = default_predictor(tmp_path / "m")
+    assert isinstance(pred, EstimatePredictor)
+
+
 def test_latest_version_is_loaded(trained, tmp_path):
     shutil.copytree(trained, tmp_path / "m")
     shutil.copytree(tmp_path / "m/runtime/v1", tmp_path / "m/runtime/v10")
