@@ -28,12 +28,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--sizes", default="tiny,venus,large")
-    ap.add_argument("--limit-s", type=float, default=1.0)
+    ap.add_argument("--limits", default="tiny=1,venus=1,large=10", help="time limit per size (s)")
     ap.add_argument("--reference-s", type=float, default=60.0)
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     warm_up()
     pred = EstimatePredictor()
+    limits = {k: float(v) for k, v in (x.split("=") for x in args.limits.split(","))}
     rows = []
     for size in args.sizes.split(","):
         for seed in (int(s) for s in args.seeds.split(",")):
@@ -49,7 +50,7 @@ def main() -> None:
             for b in ("greedy", "cpsat", "milp"):
                 t0 = time.perf_counter()
                 d = solve_epoch(
-                    state, params=SolveParams(backend=b, time_limit_s=args.limit_s), predictor=pred
+                    state, params=SolveParams(backend=b, time_limit_s=limits[size]), predictor=pred
                 )
                 wall = time.perf_counter() - t0
                 assert_decision_valid(state, d)
@@ -59,7 +60,7 @@ def main() -> None:
             for b, (wall, d) in results.items():
                 obj = d.solver.objective or 0.0
                 gap = (bound - obj) / bound if bound else 0.0
-                rows.append((size, seed, n_run, n_pend, b, d.status, wall, wall / gw, obj, bound, gap))
+                rows.append((size, seed, n_run, n_pend, b, d.status, wall, wall / gw, obj, bound, gap, limits[size]))
                 print(
                     f"{size:6s} seed {seed} run {n_run:5d} pend {n_pend:5d} {b:6s} {d.status:9s} "
                     f"{wall:7.3f}s ({wall / gw:6.1f}x greedy) obj {obj:14.1f} ref-bound {bound:14.1f} "
@@ -67,8 +68,9 @@ def main() -> None:
                     flush=True,
                 )
     lines = [
-        "| size | seeds | running | pending | backend | status | seconds (mean) | x greedy | gap to reference bound (mean, max) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| size | seeds | running | pending | limit s | backend | status | seconds (mean) | x greedy "
+        "| gap to reference bound (mean, max) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for size in args.sizes.split(","):
         for b in ("greedy", "cpsat", "milp"):
@@ -78,7 +80,7 @@ def main() -> None:
             statuses = ",".join(sorted({r[5] for r in sel}))
             lines.append(
                 f"| {size} | {len(sel)} | {statistics.mean(r[2] for r in sel):.0f} | "
-                f"{statistics.mean(r[3] for r in sel):.0f} | {b} | {statuses} | "
+                f"{statistics.mean(r[3] for r in sel):.0f} | {sel[0][11]:g} | {b} | {statuses} | "
                 f"{statistics.mean(r[6] for r in sel):.3f} | {statistics.mean(r[7] for r in sel):.1f} | "
                 f"{100 * statistics.mean(r[10] for r in sel):.2f}%, {100 * max(r[10] for r in sel):.2f}% |"
             )

@@ -250,11 +250,11 @@ def check_preemption(state: ClusterState, decision: Decision, after: _After) -> 
         # a guaranteed job inside its quota is never preempted for another tenant
         if job.qos == "guaranteed" and not job.on_loan and not guest and not on_bad_node:
             freed = {r.key() for r in job.allocation}
+            start_by_id = {s.job: s for s in decision.start}
             for sid, sjob in after.started.items():
                 if sjob.tenant == job.tenant:
                     continue
-                srefs = next(s.allocation for s in decision.start if s.job == sid)
-                if freed.intersection(r.key() for r in srefs):
+                if freed.intersection(r.key() for r in start_by_id[sid].allocation):
                     out.append(
                         Violation(
                             3,
@@ -337,28 +337,29 @@ def check_capacity_and_loans(state: ClusterState, decision: Decision, after: _Af
                     )
                 )
     # jobs started inside quota must fit the quota (on_loan marks borrowed capacity)
-    for ten in state.tenant_ids:
-        for t in state.type_names:
-            own_started = 0
-            own_kept = 0
-            for jid, jt in after.types.items():
-                job = state.job(jid)
-                if job.tenant != ten or jt != t or jid in after.guests:
-                    continue
-                if jid in after.started:
-                    s = next(s for s in decision.start if s.job == jid)
-                    own_started += 0 if s.on_loan else job.gpus
-                elif not job.on_loan:
-                    own_kept += job.gpus
-            if own_started and own_started + own_kept > state.quota(ten, t):
-                out.append(
-                    Violation(
-                        4,
-                        f"tenant '{ten}' starts {own_started} '{t}' GPUs not on loan beyond its quota "
-                        f"{state.quota(ten, t)} ({own_kept} already held)",
-                        (ten,),
-                    )
+    start_by_id = {s.job: s for s in decision.start}
+    own_started: dict[tuple[str, str], int] = defaultdict(int)
+    own_kept: dict[tuple[str, str], int] = defaultdict(int)
+    for jid, jt in after.types.items():
+        if jid in after.guests:
+            continue
+        job = state.job(jid)
+        if jid in after.started:
+            if not start_by_id[jid].on_loan:
+                own_started[(job.tenant, jt)] += job.gpus
+        elif not job.on_loan:
+            own_kept[(job.tenant, jt)] += job.gpus
+    for (ten, t), started in sorted(own_started.items()):
+        q = state.quota(ten, t)
+        if started + own_kept[(ten, t)] > q:
+            out.append(
+                Violation(
+                    4,
+                    f"tenant '{ten}' starts {started} '{t}' GPUs not on loan beyond its quota "
+                    f"{q} ({own_kept[(ten, t)]} already held)",
+                    (ten,),
                 )
+            )
     for s in decision.start:
         if s.colocated_with and s.on_loan:
             out.append(Violation(4, f"guest '{s.job}' uses no quota and cannot be on loan", (s.job,)))
@@ -381,8 +382,9 @@ def check_start_or_queue(state: ClusterState, decision: Decision) -> list[Violat
     for job in state.pending():
         if count[job.id] != 1:
             out.append(Violation(5, f"pending job '{job.id}' appears {count[job.id]} times", (job.id,)))
+    queued = set(decision.queue)
     for jid in decision.queue_reasons:
-        if jid not in set(decision.queue):
+        if jid not in queued:
             out.append(Violation(5, f"queue reason given for '{jid}', which is not queued", (jid,)))
     return out
 

@@ -35,7 +35,12 @@ log = logging.getLogger("optsched")
 
 DEFAULT_TIME_LIMIT_S = 1.0
 RESERVE_FRACTION = 0.25
-"""Share of the time limit kept for building and checking the decision."""
+"""Share of the time limit kept for building and checking the decision..."""
+RESERVE_PER_STAGE_TIME = 2.5
+"""...or this many times the time the stages before the solver took, if more."""
+LARGE_PENDING = 1000
+"""Above this many pending jobs and below ``LARGE_MIN_LIMIT_S``, CP-SAT is the default."""
+LARGE_MIN_LIMIT_S = 5.0
 WORKFLOW_SHARE = 0.4
 """Share of the time limit given to the workflow planner when the snapshot has workflows."""
 
@@ -61,7 +66,8 @@ def default_backend(snapshot: Snapshot) -> str:
     """The backend our benchmark found best (``docs/benchmarks.md``).
 
     HiGHS (``milp``) closes the gap at Venus size within the default second where CP-SAT
-    stays several percent off, so it is the default whenever its worker process is up. The
+    stays several percent off, so it is the default whenever its worker process is up, except
+    on large snapshots under a short limit, where HiGHS returns nothing in time. The
     worker takes a fraction of a second to start: when it is not running yet, this call starts
     it in the background and the epoch is solved by CP-SAT, so the deadline still holds.
     """
@@ -71,6 +77,10 @@ def default_backend(snapshot: Snapshot) -> str:
         return "cpsat"
     if not MilpBackend.is_available():
         return "cpsat"
+    limit = (snapshot.options.time_limit_s if snapshot.options else None) or DEFAULT_TIME_LIMIT_S
+    pending = sum(1 for j in snapshot.jobs if j.state == "pending")
+    if pending > LARGE_PENDING and limit < LARGE_MIN_LIMIT_S:
+        return "cpsat"  # HiGHS needs seconds at this size; CP-SAT improves on the hint sooner
     if is_warm():
         return "milp"
     warm_up(wait=False)
@@ -156,7 +166,9 @@ def solve_epoch(
     result: SolveResult | None = None
     fallback_reason: str | None = None
     if params.backend != "greedy":
-        budget = deadline - time.monotonic() - RESERVE_FRACTION * limit - wf_budget
+        # building and checking the decision grows with the snapshot like the stages so far
+        reserve = max(RESERVE_FRACTION * limit, RESERVE_PER_STAGE_TIME * (time.monotonic() - t0))
+        budget = deadline - time.monotonic() - reserve - wf_budget
         if budget <= 0.005:
             fallback_reason = "no time left for the solver"
         else:

@@ -14,7 +14,8 @@ same problem. Variables (all integer):
 Constraint families, one function each, named after the spec invariant they enforce:
 
 * ``add_start_or_queue`` (5): :math:`\sum_t (o_{jt} + \ell_{jt}) + \sum_{c \ni j} y_c \le 1`.
-* ``add_gpu_sharing`` (1): :math:`\sum_{c \to h} g_j y_c \le \text{slots}_h (1 - z_h)`.
+* ``add_gpu_sharing`` (1): one guest per host (MPS pairs) and none on a stopped host,
+  :math:`\sum_{c \to h} y_c \le 1 - z_h`; memory fit and type are filtered per candidate.
 * ``add_capacity_and_loans`` (4): per type, started minus preempted host GPUs fit in the free
   capacity; per tenant and type, own starts fit in quota,
   :math:`U_{it} - b_{it} + e_{it} \le q_{it}`, and :math:`\sum_i b_{it} \le \sum_i e_{it}`.
@@ -121,16 +122,16 @@ def add_start_or_queue(m: LinearModel, p: EpochProblem) -> None:
 
 
 def add_gpu_sharing(m: LinearModel, p: EpochProblem) -> None:
-    """Invariant 1: guests fit in the host's unshared GPUs; no guest on a stopped host."""
+    """Invariant 1: at most one guest per host (pairs); no guest on a stopped host."""
     by_host: dict[int, dict[int, int]] = {}
     for c, v in m.guest.items():
         g = p.guests[c]
-        by_host.setdefault(g.running, {})[v] = p.pending[g.pending].gpus
+        assert p.pending[g.pending].gpus <= p.running[g.running].free_slots
+        by_host.setdefault(g.running, {})[v] = 1
     for h, coefs in by_host.items():
-        slots = p.running[h].free_slots
         if h in m.preempt:
-            coefs = {**coefs, m.preempt[h]: slots}
-        m.add(coefs, -INF, slots, f"gpu_sharing[{p.running[h].job}]")
+            coefs = {**coefs, m.preempt[h]: 1}
+        m.add(coefs, -INF, 1, f"gpu_sharing[{p.running[h].job}]")
 
 
 def add_capacity_and_loans(m: LinearModel, p: EpochProblem) -> None:

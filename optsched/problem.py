@@ -29,6 +29,8 @@ GPU_BUDGET_FACTOR = 3.0
 """Keep pending jobs until their GPUs reach this many times the GPUs that could be freed."""
 MAX_GUEST_JOBS = 64
 MAX_HOSTS_PER_GUEST = 6
+MAX_HOSTS_SCANNED = 48
+"""Per guest job, at most this many hosts (most memory room first) get a pair prediction."""
 MIN_GUEST_SPEED = 0.5
 LOAN_PENALTY = 0.01
 """Per GPU started on loan, as a fraction of the job's value: prefer own quota."""
@@ -65,7 +67,8 @@ class RunningItem:
     cost: float
     lost_s: float
     free_slots: int
-    """GPUs of this job that may still take an MPS guest (0 if it cannot host)."""
+    """GPUs a new MPS guest may use: all of the job's GPUs if it can host and has no guest yet,
+    else 0 (sharing forms pairs: one guest per host)."""
     host: str | None = None
     """For a running MPS guest: its host job (stopping the host stops the guest too)."""
 
@@ -234,7 +237,7 @@ def build_problem(
         max_cost = max(max_cost, cost)
         slots = 0
         if not guest and job.is_shareable and snap.gpu_types[types[t]].mps:
-            slots = max(0, job.gpus - guest_on.get(job.id, 0))
+            slots = 0 if guest_on.get(job.id, 0) else job.gpus  # MPS *pairs*: one guest a host
         running.append(
             RunningItem(
                 job.id,
@@ -296,8 +299,8 @@ def build_problem(
     budget = GPU_BUDGET_FACTOR * max(freeable, 1) + sum(r.free_slots for r in running)
     total = 0
     pruned: list[str] = []
-    for it in items:
-        if it.reclaim or (len(kept) < MAX_PENDING and total < budget):
+    for it in items:  # reclaim items first, then by value density
+        if len(kept) < MAX_PENDING and total < budget:
             if it.reclaim:
                 it = PendingItem(**{**it.__dict__, "values": tuple(v + reclaim_bonus for v in it.values)})
             kept.append(it)
@@ -310,7 +313,14 @@ def build_problem(
 
     # guest candidates ---------------------------------------------------------------
     guests: list[GuestCandidate] = []
-    hosts = [(ri, r) for ri, r in enumerate(running) if r.free_slots > 0]
+    # hosts that may take a guest, smallest memory first (most room), sharing allowed by (c)
+    host_limit = {
+        ri: asr.max_host_slowdown(signal[ten_ids[r.tenant]].value) for ri, r in enumerate(running)
+    }
+    hosts = sorted(
+        ((ri, r) for ri, r in enumerate(running) if r.free_slots > 0 and host_limit[ri] > 0),
+        key=lambda x: (predictions.jobs[x[1].job].memory_gib, x[1].job),
+    )
     guest_jobs = [
         (pi, it)
         for pi, it in enumerate(kept)
@@ -319,16 +329,19 @@ def build_problem(
     for pi, it in guest_jobs:
         gjob = state.job(it.job)
         cands: list[GuestCandidate] = []
+        scanned = 0
         for ri, r in hosts:
+            if scanned >= MAX_HOSTS_SCANNED:
+                break
             if r.type not in it.types or r.free_slots < it.gpus:
                 continue
             mem_cap = snap.gpu_types[types[r.type]].memory_gib
             if it.memory_gib + predictions.jobs[r.job].memory_gib > mem_cap:
                 continue
+            scanned += 1
             hjob = state.job(r.job)
             pair = predictor.predict_pair(state, hjob, gjob)
-            limit = asr.max_host_slowdown(signal[ten_ids[r.tenant]].value)
-            if 1.0 - pair.host_speed > limit or pair.guest_speed < MIN_GUEST_SPEED:
+            if 1.0 - pair.host_speed > host_limit[ri] or pair.guest_speed < MIN_GUEST_SPEED:
                 continue
             v = it.values[it.types.index(r.type)]
             penalty = weights[r.tenant] * r.gpus * (1.0 - pair.host_speed) * 4.0

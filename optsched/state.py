@@ -7,6 +7,7 @@ tenant or GPU type, duplicated ids, running jobs without a full allocation, a GP
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -253,7 +254,11 @@ class ClusterState:
         return out
 
     def capacity(self) -> dict[str, int]:
-        """Cluster GPUs per type on available nodes (pool excluded)."""
+        """Cluster GPUs per type on available nodes (pool excluded); a fresh dict."""
+        return dict(self._capacity)
+
+    @functools.cached_property
+    def _capacity(self) -> dict[str, int]:
         cap = {t: 0 for t in self.type_names}
         for node_id, _ in self.cluster_gpus():
             cap[self.node_type(node_id)] += 1

@@ -84,6 +84,16 @@ def greedy_assignment(p: EpochProblem, deadline: float | None = None) -> Assignm
     for c, g in enumerate(p.guests):
         guests_of.setdefault(g.pending, []).append(c)
     _repair(ledger, p, a)
+    guests_of_host: dict[str, list[int]] = {}
+    for g, run in enumerate(p.running):
+        if run.host is not None:
+            guests_of_host.setdefault(run.host, []).append(g)
+    victims: dict[int, list[int]] = {}
+    for r, run in enumerate(p.running):
+        if run.candidate and run.on_loan and not run.guest and r not in a.preempt:
+            victims.setdefault(run.type, []).append(r)
+    for lst in victims.values():
+        lst.sort(key=lambda r: (p.running[r].cost / p.running[r].gpus, p.running[r].job))
     order = sorted(
         range(len(p.pending)),
         key=lambda j: (not p.pending[j].reclaim, -p.pending[j].density, p.pending[j].job),
@@ -94,7 +104,7 @@ def greedy_assignment(p: EpochProblem, deadline: float | None = None) -> Assignm
         it = p.pending[j]
         got = _try_start(ledger, p, j)
         if got is None and it.reclaim:
-            got = _reclaim(ledger, p, a, j)
+            got = _reclaim(ledger, p, a, j, victims, guests_of_host)
         if got is not None:
             a.starts[j] = got
             continue
@@ -102,7 +112,7 @@ def greedy_assignment(p: EpochProblem, deadline: float | None = None) -> Assignm
             g = p.guests[c]
             if g.running in a.preempt or slots[g.running] < it.gpus:
                 continue
-            slots[g.running] -= it.gpus
+            slots[g.running] = 0  # one guest per host
             a.guests[j] = g.running
             break
     return a
@@ -133,36 +143,31 @@ def _repair(ledger: _Ledger, p: EpochProblem, a: Assignment) -> None:
             a.preempt.update(hosts_guests.get(run.job, []))
 
 
-def _reclaim(ledger: _Ledger, p: EpochProblem, a: Assignment, j: int) -> tuple[int, bool] | None:
-    """Preempt on-loan jobs of other tenants until item ``j`` fits on one of its own types."""
+def _reclaim(
+    ledger: _Ledger,
+    p: EpochProblem,
+    a: Assignment,
+    j: int,
+    victims: dict[int, list[int]],
+    guests_of_host: dict[str, list[int]],
+) -> tuple[int, bool] | None:
+    """Preempt on-loan jobs of other tenants (cheapest per GPU first, from the per-type lists
+    in ``victims``) until item ``j`` fits on one of its own types."""
     it = p.pending[j]
     for t in it.own_types:
-        victims = sorted(
-            (
-                r
-                for r, run in enumerate(p.running)
-                if run.candidate
-                and run.on_loan
-                and run.type == t
-                and run.tenant != it.tenant
-                and r not in a.preempt
-                and r not in a.guests.values()
-                and not run.guest
-            ),
-            key=lambda r: (p.running[r].cost / p.running[r].gpus, p.running[r].job),
-        )
-        guests_of_host: dict[str, list[int]] = {}
-        for g, run in enumerate(p.running):
-            if run.host is not None:
-                guests_of_host.setdefault(run.host, []).append(g)
         taken: list[int] = []
-        for r in victims:
+        for r in victims.get(t, []):
+            run = p.running[r]
+            if run.tenant == it.tenant or r in a.preempt or r in a.guests.values():
+                continue
             _preempt(ledger, p, r)
             taken.append(r)
-            taken.extend(guests_of_host.get(p.running[r].job, []))
             got = _try_start(ledger, p, j)
             if got is not None:
                 a.preempt.update(taken)
+                for v in taken:
+                    a.preempt.update(guests_of_host.get(p.running[v].job, []))
+                    victims[t].remove(v)
                 return got
         for r in taken:
             _preempt(ledger, p, r, sign=-1)
