@@ -30,7 +30,7 @@ app = typer.Typer(
 
 _DEBUG = {"on": False}
 
-PLUGINS: tuple[str, ...] = ()
+PLUGINS: tuple[str, ...] = ("optsched.predict.cli",)
 
 
 def fail(path: str, message: str) -> NoReturn:
@@ -178,9 +178,9 @@ def schema(
     out: Annotated[Path | None, typer.Option("-o", "--out")] = None,
 ) -> None:
     """Print the JSON Schema generated from the pydantic models."""
-    from optsched.schema import Decision, Snapshot
-
     from pydantic import BaseModel
+
+    from optsched.schema import Decision, Snapshot
 
     models: dict[str, type[BaseModel]] = {"snapshot": Snapshot, "decision": Decision}
     if which not in models:

@@ -81,13 +81,13 @@ def greedy_assignment(p: EpochProblem, deadline: float | None = None) -> Assignm
     ledger = _Ledger(p)
     slots = [r.free_slots for r in p.running]
     guests_of: dict[int, list[int]] = {}
-    for c, g in enumerate(p.guests):
-        guests_of.setdefault(g.pending, []).append(c)
+    for c, cand in enumerate(p.guests):
+        guests_of.setdefault(cand.pending, []).append(c)
     _repair(ledger, p, a)
     guests_of_host: dict[str, list[int]] = {}
-    for g, run in enumerate(p.running):
+    for r, run in enumerate(p.running):
         if run.host is not None:
-            guests_of_host.setdefault(run.host, []).append(g)
+            guests_of_host.setdefault(run.host, []).append(r)
     victims: dict[int, list[int]] = {}
     for r, run in enumerate(p.running):
         if run.candidate and run.on_loan and not run.guest and r not in a.preempt:
@@ -109,11 +109,11 @@ def greedy_assignment(p: EpochProblem, deadline: float | None = None) -> Assignm
             a.starts[j] = got
             continue
         for c in sorted(guests_of.get(j, []), key=lambda c: -p.guests[c].value):
-            g = p.guests[c]
-            if g.running in a.preempt or slots[g.running] < it.gpus:
+            host = p.guests[c].running
+            if host in a.preempt or slots[host] < it.gpus:
                 continue
-            slots[g.running] = 0  # one guest per host
-            a.guests[j] = g.running
+            slots[host] = 0  # one guest per host
+            a.guests[j] = host
             break
     return a
 

@@ -188,6 +188,27 @@ def profile_key(features: Mapping[str, Value] | None) -> ProfileKey | None:
     return (model, dataset, int(bs), int(amp))
 
 
+def own_profile(features: Mapping[str, Value] | None) -> dict[str, float] | None:
+    """The job's single-run profile carried in its own features (``speed``, ``gpu_util``,
+    ``gmem_util``, ``gmem`` in MiB), or ``None`` when any column is missing."""
+    f = features or {}
+    vals = {c: _num(f.get(c)) for c in PROFILE_COLUMNS}
+    if any(math.isnan(v) for v in vals.values()):
+        return None
+    return vals
+
+
+def find_profile(
+    features: Mapping[str, Value] | None, profiles: Mapping[ProfileKey, Mapping[str, float]]
+) -> Mapping[str, float] | None:
+    """The job's profile: its own feature columns first, else the table by profile key."""
+    own = own_profile(features)
+    if own is not None:
+        return own
+    key = profile_key(features)
+    return profiles.get(key) if key is not None else None
+
+
 def pair_row(
     self_feats: Mapping[str, Value] | None,
     other_feats: Mapping[str, Value] | None,
@@ -195,8 +216,9 @@ def pair_row(
 ) -> Row:
     """Features for the colocated speed of ``self`` when sharing GPUs with ``other``.
 
-    Profile columns come from ``profiles`` (single-run measurements by profile key); a job
-    whose profile is unknown gets missing values there.
+    Profile columns come from the job's own features when it carries them, else from
+    ``profiles`` (single-run measurements by profile key); a job whose profile is unknown gets
+    missing values there.
     """
     row: Row = {}
     sums = {"gpu_util": 0.0, "gmem_util": 0.0, "gmem": 0.0}
@@ -204,8 +226,7 @@ def pair_row(
         f = feats or {}
         row[f"{side}_batchsize"] = _num(f.get("batchsize"))
         row[f"{side}_amp"] = _num(f.get("amp"))
-        key = profile_key(f)
-        prof = profiles.get(key) if key is not None else None
+        prof = find_profile(f, profiles)
         for col in PROFILE_COLUMNS:
             row[f"{side}_{col}"] = float(prof[col]) if prof is not None else math.nan
         for col in sums:

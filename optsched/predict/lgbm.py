@@ -35,10 +35,10 @@ from optsched.predict.features import (
     ProfileKey,
     Row,
     encode,
+    find_profile,
     job_runtime_row,
     memory_row,
     pair_row,
-    profile_key,
 )
 
 if TYPE_CHECKING:
@@ -148,7 +148,7 @@ class LightGBMPredictor:
             if folder is not None:
                 self.boosters[pred] = Booster.load(folder)
         self._profiles: dict[ProfileKey, dict[str, float]] = {}
-        self._pair_cache: dict[tuple[ProfileKey, ProfileKey], tuple[float, float]] = {}
+        self._pair_cache: dict[tuple[tuple[object, ...], tuple[object, ...]], tuple[float, float]] = {}
         """Pair speeds depend only on the two profiles: computed once per ordered pair."""
         for pred in ("interference", "memory"):
             b = self.boosters.get(pred)
@@ -190,10 +190,10 @@ class LightGBMPredictor:
         todo: list[int] = []
         for i, job in enumerate(jobs):
             feats = job.features or {}
-            key = profile_key(feats)
-            if mb is not None and key is not None and key in self._profiles:
+            prof = find_profile(feats, self._profiles)
+            if mb is not None and prof is not None:
                 margin = float(mb.card.get("profile_margin", 1.0))
-                mib = self._profiles[key]["gmem"] * margin
+                mib = prof["gmem"] * margin
                 out[i] = (min(mib / 1024.0, _max_memory(state, job)), mb.source)
             elif job.memory_gib is not None:
                 out[i] = (job.memory_gib, "estimate")
@@ -215,9 +215,11 @@ class LightGBMPredictor:
         hf, gf = host.features or {}, guest.features or {}
         if b is None:
             return PairEstimate(DEFAULT_PAIR_SPEED, DEFAULT_PAIR_SPEED, "default")
-        hk, gk = profile_key(hf), profile_key(gf)
-        if hk not in self._profiles or gk not in self._profiles:
+        hp, gp = find_profile(hf, self._profiles), find_profile(gf, self._profiles)
+        if hp is None or gp is None:
             return PairEstimate(DEFAULT_PAIR_SPEED, DEFAULT_PAIR_SPEED, "default")
+        hk = (hf.get("batchsize"), hf.get("amp"), *(hp[c] for c in PROFILE_COLUMNS))
+        gk = (gf.get("batchsize"), gf.get("amp"), *(gp[c] for c in PROFILE_COLUMNS))
         cached = self._pair_cache.get((hk, gk))
         if cached is None:
             raw = b.predict([pair_row(hf, gf, self._profiles), pair_row(gf, hf, self._profiles)])

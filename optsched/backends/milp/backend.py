@@ -106,7 +106,8 @@ class MilpBackend:
         for key in params.extra:
             if key not in ALLOWED_OPTIONS:
                 raise ValueError(
-                    f"solver option '{key}' is not a known milp parameter (allowed: {sorted(ALLOWED_OPTIONS)})"
+                    f"solver option '{key}' is not a known milp parameter "
+                    f"(allowed: {sorted(ALLOWED_OPTIONS)})"
                 )
         t0 = time.monotonic()
         deadline = t0 + params.time_limit_s
