@@ -21,11 +21,11 @@ types), and the waits :math:`w_j` of its pending guaranteed jobs against the ten
 
 so a guaranteed GPU that was just asked for does not yet count as unmet, and one whose job
 has waited its whole target counts fully; :math:`c_i` is the smoothed fraction of the
-tenant's guaranteed jobs that started within :math:`D_i` (an exponentially decayed count kept in ``assurance_state``), :math:`\tau_i` the
-tenant's ``qos.target``, and :math:`a_i^{-}` the previous value (1 on the first epoch). The
-signal falls fast (:math:`\beta_\downarrow = 0.2`) and recovers slowly
-(:math:`\beta_\uparrow = 0.7`), so a tenant at risk is protected at once and stays protected
-for a few epochs. Tenants without ``qos`` use ``DEFAULT_MAX_DELAY_S`` and target 0.9.
+tenant's guaranteed jobs that started within :math:`D_i` (an exponentially decayed count kept
+in ``assurance_state``), :math:`\tau_i` the tenant's ``qos.target``, and :math:`a_i^{-}` the
+previous value (1 on the first epoch). The signal falls fast (:math:`\beta_\downarrow = 0.2`)
+and recovers slowly (:math:`\beta_\uparrow = 0.7`), so a tenant at risk is protected at once
+and stays protected for a few epochs. Tenants without ``qos`` use ``DEFAULT_MAX_DELAY_S`` and target 0.9.
 
 Its three uses (see ``docs/assurance.md``):
 
