@@ -537,7 +537,12 @@ class OraclePredictor:
 
 
 class OptschedPolicy:
-    """The engine: :func:`optsched.solve_epoch` with a backend, time limit and predictor."""
+    """The engine: :func:`optsched.solve_epoch` with a backend, time limit and predictor.
+
+    ``backend="auto"`` asks the engine's :func:`optsched.epoch.default_backend` each epoch;
+    ``predictor`` is ``trained`` (the engine's default: shipped models when present),
+    ``fallback`` (the snapshot's estimates only) or ``oracle`` (:class:`OraclePredictor`).
+    """
 
     name = "optsched"
 
@@ -563,9 +568,13 @@ class OptschedPolicy:
         # "trained": None lets solve_epoch use its default (trained models when present)
 
     def decide(self, snapshot: Snapshot, state: ClusterState) -> Decision:
-        from optsched.epoch import solve_epoch
+        from optsched.epoch import default_backend, solve_epoch
 
-        return solve_epoch(snapshot, params=self.params, predictor=self.predictor)
+        params = self.params
+        if params.backend == "auto":
+            params = params.with_(backend=default_backend(snapshot))
+        # the state is already validated: solve_epoch accepts it as is
+        return solve_epoch(state, params=params, predictor=self.predictor)
 
 
 POLICIES: dict[str, str] = {
