@@ -21,7 +21,7 @@ from optsched.schema.decision import ModelAction, Unit, WorkflowPlan
 from optsched.schema.snapshot import GpuRef
 from optsched.workflows.problem import ActKey, Cand, Dev, Problem
 
-Order = Literal["fcfs", "heft", "peft", "las", "srpt"]
+Order = Literal["fcfs", "heft", "peft", "las", "srpt", "aged", "lasrank", "lst"]
 Placement = Literal["eft", "est", "first_free", "peft"]
 Eviction = Literal["lru", "demand"]
 
@@ -36,6 +36,12 @@ class ListPolicy:
     eviction: Eviction = "lru"
     load_ahead: bool = False
     fusion: bool = False
+    load_weight: float = 0.0
+    """Placement penalty per second of model loading (GPU-seconds spent on setup)."""
+    mix_weight: float = 1.0
+    """Second-term weight of the mixed orders: ``aged`` (seconds of remaining work forgiven
+    per second waited), ``lasrank`` and ``lst`` (seconds of priority per second of upward
+    rank)."""
 
 
 @dataclass
@@ -257,7 +263,20 @@ def list_schedule(
             )
         if policy.order == "las":
             return (attained.get(c.session, 0.0), arr, c.session, c.members[0])
+        if policy.order == "lasrank":
+            return (attained.get(c.session, 0.0) - policy.mix_weight * rank[i], arr, c.session, c.members[0])
+        if policy.order == "lst":
+            return (arr - policy.mix_weight * rank[i], c.session, c.members[0])
         w = prob.session_weight.get(c.session, 1.0)
+        if policy.order == "aged":
+            age = prob.now - arr
+            return (
+                (remaining[c.session] - policy.mix_weight * age) / w,
+                -rank[i],
+                arr,
+                c.session,
+                c.members[0],
+            )
         return (remaining[c.session] / w, -rank[i], arr, c.session, c.members[0])
 
     end: dict[int, float] = dict(done_end or {})
@@ -281,8 +300,10 @@ def list_schedule(
             if res is None:
                 continue
             s, e, acts, _ = res
+            loading = sum(1 for _, what, _ in acts if what == "load")
+            setup = policy.load_weight * loading * prob.load[(c.model, dev.gtype)]
             if policy.placement == "eft":
-                score: tuple[float, ...] = (e, s, d)
+                score: tuple[float, ...] = (e + setup, s, d)
             elif policy.placement == "est":
                 score = (s, e, d)
             elif policy.placement == "peft":
@@ -321,6 +342,15 @@ def list_schedule(
 
 
 OURS_GREEDY = ListPolicy(
-    "greedy", order="srpt", placement="eft", eviction="demand", load_ahead=True, fusion=True
+    "greedy",
+    order="lst",
+    placement="eft",
+    eviction="demand",
+    load_ahead=True,
+    fusion=True,
+    load_weight=2.0,
+    mix_weight=1.5,
 )
-"""The planner's own greedy: fallback and CP-SAT hint."""
+"""The planner's own greedy (fallback and CP-SAT hint): least slack first (arrival minus 1.5 x
+the remaining critical path), earliest finish plus 2 x the load seconds it adds, fusion,
+load-ahead, eviction of the model with the least pending demand."""

@@ -18,14 +18,16 @@ r"""The workflow planner: one CP-SAT model per epoch over a rolling window, gree
       NoOverlap_d(\{[s_c, s_c + p_{cd}) : x_{cd}\}); \qquad
       sel_c \wedge sel_{c'} \Rightarrow s_c \ge e_{c'} \text{ if } c \text{ depends on } c'
 
-      x_{cd} \Rightarrow keep_{dm} \text{ (m resident) or } (ld_{dm} \wedge
+      x_{cd} \Rightarrow e_c \le ev_{dm} \text{ (m resident) or } (ld_{dm} \wedge
       s_c \ge ls_{dm} + L_{dm}); \quad NoOverlap_d(\text{loads}); \quad
-      \sum_m mem_m (keep_{dm} + ld_{dm}) \le M_d
+      Cumulative_d(\{[0, ev_{dm}) : m \text{ resident}\} \cup \{[ls_{dm}, H) : ld_{dm}\},
+      mem_m, M_d)
 
    objective :math:`\min \sum_s w_s C_s + \beta\, T + \gamma(\sum p_{cd} x_{cd} +
-   \sum L_{dm} ld_{dm}) - \epsilon \sum L_{dm} keep_{dm}` with :math:`C_s \ge e_c`,
-   :math:`T \ge C_s`. Evicting a resident model happens at ``now`` (or, for the model of a
-   running activation, when the device is free; loads then start no earlier).
+   \sum L_{dm} ld_{dm}) - \epsilon \sum L_{dm} keep_{dm}` with
+   :math:`C_s \ge e_c + tail_c` (the predicted critical path after the unit) and
+   :math:`T \ge C_s`. A resident model is evicted at :math:`ev_{dm}` when that is before the
+   horizon (never before the running activation that uses it ends).
 4. The rest of the pending activations (the tail) are list-scheduled after the window from the
    residency CP-SAT left. The plan with the better predicted score (CP-SAT+tail or greedy)
    wins; the result is checked by invariant 6 and replaced by the greedy plan if it fails.
@@ -66,12 +68,18 @@ SCALE = 100
 class PlannerConfig:
     """Knobs of the CP-SAT planner."""
 
-    window: int = 48
+    window: int = 24
     """Pending activations given to CP-SAT per epoch (the rest are list-scheduled)."""
     beta_tail: float = 0.0
     """Weight of the window makespan; 0 = number of sessions in the window / 4."""
     gamma_gpu: float = 0.3
     """Weight of GPU-seconds (compute + loading)."""
+    completion_weight: float = 1.0
+    """Weight of the sum of (weighted) session completions."""
+    keep_bonus: bool = True
+    tail_estimate: bool = True
+    """Add each unit's predicted remaining critical path to its session's completion."""
+    """Reward keeping a resident model that pending work still wants (its load seconds)."""
     num_workers: int = 1
     margin_s: float = 0.05
     fusion: bool = True
@@ -144,7 +152,9 @@ def _solve_window(
     limit_s: float,
     seed: int,
     tail_policy: ListPolicy,
+    bound: list[float] | None = None,
 ) -> tuple[Schedule, str, str] | None:
+    """CP-SAT on the window; ``bound`` (if given) receives [objective, best bound]."""
     now = prob.now
     order = sorted(greedy.placed, key=lambda p: (p.start, p.dev))
     window: set[ActKey] = set()
@@ -205,7 +215,9 @@ def _solve_window(
                     if set(cands[j].members) & set(c.members):
                         continue
                     m.add(s[i] >= e[j]).only_enforce_if([sel[i], sel[j]])
-    # residency
+    # residency: resident models stay until ev (evicted then, if before the horizon), loaded
+    # models occupy memory from the load's start on; cumulative memory per device.
+    ev: dict[tuple[int, str], cp_model.IntVar] = {}
     keep: dict[tuple[int, str], cp_model.IntVar] = {}
     ld: dict[tuple[int, str], cp_model.IntVar] = {}
     ls: dict[tuple[int, str], cp_model.IntVar] = {}
@@ -213,10 +225,16 @@ def _solve_window(
     obj_terms: list[cp_model.LinearExprT] = []
     for d, dev in enumerate(devs):
         used_models = sorted({cands[i].model for (i, dd) in x if dd == d})
+        res_ivs: list[cp_model.IntervalVar] = []
+        demands: list[int] = []
         for mod in dev.resident:
+            lo = _ceil(dev.free_at - now) if mod in dev.pinned else 0
+            ev[(d, mod)] = m.new_int_var(min(lo, horizon), horizon, f"ev{d}_{mod}")
             keep[(d, mod)] = m.new_bool_var(f"keep{d}_{mod}")
-            if mod in dev.pinned:
-                m.add(keep[(d, mod)] == 1)
+            m.add(ev[(d, mod)] == horizon).only_enforce_if(keep[(d, mod)])
+            m.add(ev[(d, mod)] < horizon).only_enforce_if(keep[(d, mod)].Not())
+            res_ivs.append(m.new_interval_var(0, ev[(d, mod)], ev[(d, mod)], f"res{d}_{mod}"))
+            demands.append(round(prob.mem[mod] * 1000))
         loads = []
         for mod in used_models:
             if mod in dev.resident:
@@ -229,54 +247,75 @@ def _solve_window(
                     ls[(d, mod)], load_len[(d, mod)], ld[(d, mod)], f"load{d}_{mod}"
                 )
             )
-            for pm in dev.pinned:
-                m.add(ls[(d, mod)] >= _ceil(dev.free_at - now)).only_enforce_if(keep[(d, pm)].Not())
+            size = m.new_int_var(0, horizon, f"occ{d}_{mod}")
+            m.add(size == horizon - ls[(d, mod)])
+            res_ivs.append(
+                m.new_optional_interval_var(ls[(d, mod)], size, horizon, ld[(d, mod)], f"resl{d}_{mod}")
+            )
+            demands.append(round(prob.mem[mod] * 1000))
         m.add_no_overlap(loads)
         m.add_no_overlap(by_dev[d])
+        m.add_cumulative(res_ivs, demands, math.floor(dev.mem_gib * 1000 + 1e-6))
         for (i, dd), v in x.items():
             if dd != d:
                 continue
             mod = cands[i].model
             if mod in dev.resident:
-                m.add_implication(v, keep[(d, mod)])
+                m.add(e[i] <= ev[(d, mod)]).only_enforce_if(v)
             else:
                 m.add_implication(v, ld[(d, mod)])
                 m.add(s[i] >= ls[(d, mod)] + load_len[(d, mod)]).only_enforce_if(v)
-        mem_terms = [round(prob.mem[mod] * 1000) * keep[(d, mod)] for mod in dev.resident]
-        mem_terms += [round(prob.mem[mod] * 1000) * ld[(d, mod)] for mod in used_models if (d, mod) in ld]
-        m.add(sum(mem_terms) <= math.floor(dev.mem_gib * 1000 + 1e-6))
-    # objective
+    # objective: C_s >= end of each unit plus the predicted critical path after it
     sessions = sorted({c.session for c in cands})
-    comp = {sid: m.new_int_var(0, horizon, f"C{sid}") for sid in sessions}
+    comp = {sid: m.new_int_var(0, 2 * horizon, f"C{sid}") for sid in sessions}
+    single = {(c.session, c.members[0]): c for c in prob.cands if c.kind == "single"}
     for i, c in enumerate(cands):
-        m.add(comp[c.session] >= e[i])
-    tmax = m.new_int_var(0, horizon, "T")
+        after = 0.0
+        for a in c.members if cfg.tail_estimate else ():
+            sd = single[(c.session, a)].dur
+            after = max(after, prob.rank[(c.session, a)] - sum(sd.values()) / len(sd))
+        m.add(comp[c.session] >= e[i] + _ceil(max(0.0, after))).only_enforce_if(sel[i])
+    tmax = m.new_int_var(0, 2 * horizon, "T")
     for v in comp.values():
         m.add(tmax >= v)
     beta = cfg.beta_tail or max(1.0, len(sessions) / 4.0)
     w = {sid: prob.session_weight[sid] for sid in sessions}
     gam = cfg.gamma_gpu
-    obj_terms += [round(10 * w[sid]) * comp[sid] for sid in sessions]
+    cw = cfg.completion_weight
+    obj_terms += [round(10 * cw * w[sid]) * comp[sid] for sid in sessions]
     obj_terms.append(round(10 * beta) * tmax)
     obj_terms += [round(10 * gam * dur[k]) * v for k, v in x.items()]
     obj_terms += [round(10 * gam * load_len[k]) * v for k, v in ld.items()]
     obj_terms += [
         -round(prob.load[(mod, devs[d].gtype)] * SCALE) * v
         for (d, mod), v in keep.items()
-        if prob.demand.get(mod, 0.0) > 0
+        if cfg.keep_bonus and prob.demand.get(mod, 0.0) > 0
     ]
     m.minimize(sum(obj_terms))
 
-    # hint from the greedy schedule
+    # hint from the greedy schedule (units, device, times, loads, evictions)
     g_units = {(p.cand.session, p.cand.members): p for p in greedy.placed}
     for i, c in enumerate(cands):
         gp = g_units.get((c.session, c.members))
         m.add_hint(sel[i], gp is not None)
         if gp is not None:
             m.add_hint(s[i], _ceil(gp.start - now))
+            m.add_hint(e[i], _ceil(gp.start - now) + dur.get((i, gp.dev), 0))
         for d in range(nd):
             if (i, d) in x:
                 m.add_hint(x[(i, d)], gp is not None and gp.dev == d)
+    first: dict[tuple[int, str, str], float] = {}
+    for d, mod, what, at in sorted(greedy.actions, key=lambda a: a[3]):
+        first.setdefault((d, mod, what), at)
+    for (d, mod), v in ev.items():
+        t_ev = first.get((d, mod, "evict"))
+        m.add_hint(keep[(d, mod)], t_ev is None)
+        m.add_hint(v, horizon if t_ev is None else min(horizon - 1, _ceil(t_ev - now)))
+    for (d, mod), v in ld.items():
+        t_ld = first.get((d, mod, "load"))
+        m.add_hint(v, t_ld is not None)
+        if t_ld is not None:
+            m.add_hint(ls[(d, mod)], _ceil(t_ld - now))
 
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(0.01, limit_s)
@@ -290,12 +329,14 @@ def _solve_window(
     states = [DevState(free_at=dv.free_at, load_free_at=now, models={}) for dv in devs]
     for d, dev in enumerate(devs):
         for mod in dev.resident:
-            if solver.value(keep[(d, mod)]):
+            t_ev = solver.value(ev[(d, mod)])
+            if t_ev >= horizon:
                 last = dev.free_at if mod in dev.pinned else now
                 states[d].models[mod] = [now, last]
             else:
-                at = dev.free_at if mod in dev.pinned else now
-                sched.actions.append((d, mod, "evict", at))
+                sched.actions.append((d, mod, "evict", now + t_ev / SCALE))
+                # tail loads start after every window eviction has freed its memory
+                states[d].load_free_at = max(states[d].load_free_at, now + t_ev / SCALE)
         for (dd, mod), v in ld.items():
             if dd == d and solver.value(v):
                 at = now + solver.value(ls[(d, mod)]) / SCALE
@@ -314,7 +355,8 @@ def _solve_window(
         st, en = now + solver.value(s[i]) / SCALE, now + solver.value(e[i]) / SCALE
         sched.placed.append(Placed(cand=c, dev=d, start=st, end=en))
         states[d].free_at = max(states[d].free_at, en)
-        states[d].models[c.model][1] = max(states[d].models[c.model][1], en)
+        if c.model in states[d].models:  # else evicted after its last window use
+            states[d].models[c.model][1] = max(states[d].models[c.model][1], en)
         for a in c.members:
             win_end[(c.session, a)] = en
     # tail: everything outside the window, list-scheduled after it
@@ -341,6 +383,8 @@ def _solve_window(
         f"activations in {solver.wall_time:.3f}s (objective {solver.objective_value:.0f}, "
         f"bound {solver.best_objective_bound:.0f})"
     )
+    if bound is not None:
+        bound[:] = [solver.objective_value, solver.best_objective_bound]
     return sched, label, note
 
 

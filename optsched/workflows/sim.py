@@ -419,9 +419,9 @@ class Simulator:
                     for k, aid in enumerate(u.activations):
                         self.state[(u.session, aid)] = "running"
                         deps = self.act[(u.session, aid)]["after"]
-                        if k > 0 and any(x in u.activations[:k] for x in deps):
-                            self.chain_tail.add((u.session, aid))
-                        elif k > 0 and (u.session, u.activations[k - 1]) in self.chain_tail:
+                        chained = k > 0 and any(x in u.activations[:k] for x in deps)
+                        after_chain = k > 0 and (u.session, u.activations[k - 1]) in self.chain_tail
+                        if chained or after_chain:
                             self.chain_tail.add((u.session, aid))
                     push(now + dur, "unit_end", (key, uid))
                     d.queue.pop(0)

@@ -218,8 +218,8 @@ def read_azure_code(traces: Path) -> np.ndarray:
 def burst_window(stamps: np.ndarray, n: int, seed: int, window_s: float) -> np.ndarray:
     """``n`` arrivals from a ``window_s`` slice of a trace that holds a burst, thinned evenly.
 
-    The slice starts shortly before one of the trace's busiest seconds (chosen by ``seed``
-    among the ten busiest seconds at least a window apart); the kept requests are every k-th
+    The slice starts shortly before one of the trace's busiest seconds (``seed`` k picks
+    the k-th busiest of ten busy seconds at least a window apart); the kept requests are every k-th
     one, so the burst shape survives.
     """
     secs = np.floor(stamps).astype(int)
@@ -230,7 +230,7 @@ def burst_window(stamps: np.ndarray, n: int, seed: int, window_s: float) -> np.n
             peaks.append(int(sec))
         if len(peaks) == 10:
             break
-    peak = sorted(peaks)[seed % len(peaks)]
+    peak = peaks[seed % len(peaks)]
     start = max(0.0, peak - 0.25 * window_s)
     sel = stamps[(stamps >= start) & (stamps < start + window_s)] - start
     if len(sel) <= n:

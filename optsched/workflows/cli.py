@@ -1,0 +1,242 @@
+"""``optsched workflows ...`` commands: ``simulate``, ``sweep-load``, ``offline``, ``calibrate``.
+
+Wire with :func:`register` (adds the ``workflows`` sub-command to the main Typer app).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from optsched.workflows.baselines import ALL_POLICIES
+from optsched.workflows.experiment import (
+    Experiment,
+    load_sweep,
+    run_experiment,
+    sweep_markdown,
+    write_outputs,
+)
+from optsched.workflows.planner import PlannerConfig
+from optsched.workflows.sim import SimConfig
+from optsched.workflows.workloads import ARRIVALS, SCENARIOS
+
+app = typer.Typer(
+    help="Multi-agent LLM workflow planning: simulate, compare, calibrate.", no_args_is_help=True
+)
+console = Console()
+
+
+def register(main: typer.Typer) -> None:
+    """Add the ``workflows`` sub-command group to ``main``."""
+    main.add_typer(app, name="workflows")
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def _names(text: str) -> list[str]:
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    for n in names:
+        if n not in ALL_POLICIES:
+            raise typer.BadParameter(f"unknown policy '{n}'; choose from {', '.join(ALL_POLICIES)}")
+    return names
+
+
+def _experiment(
+    scenario: str,
+    arrivals: str,
+    policies: str,
+    seeds: str,
+    sessions: int,
+    window_s: float,
+    traces: Path | None,
+    loader: str,
+    load_speedup: float,
+    planner_time_s: float,
+    epoch_s: float,
+    window: int,
+) -> Experiment:
+    if scenario not in SCENARIOS:
+        raise typer.BadParameter(f"unknown scenario '{scenario}'; choose from {SCENARIOS}")
+    if arrivals not in ARRIVALS:
+        raise typer.BadParameter(f"unknown arrivals '{arrivals}'; choose from {ARRIVALS}")
+    if planner_time_s >= epoch_s:
+        raise typer.BadParameter("--planner-time-s must be below --epoch-s")
+    if arrivals == "azure-code":
+        from optsched.traces import require_traces_dir
+
+        try:
+            traces = require_traces_dir(traces)
+        except FileNotFoundError as exc:
+            raise typer.BadParameter(str(exc)) from None
+    return Experiment(
+        scenario=scenario,
+        arrivals=arrivals,
+        policies=_names(policies),
+        seeds=_ints(seeds),
+        sessions=sessions,
+        window_s=window_s,
+        traces=traces,
+        sim=SimConfig(
+            epoch_s=epoch_s, loader=loader, load_speedup=load_speedup, planner_time_s=planner_time_s
+        ),
+        planner=PlannerConfig(window=window),
+    )
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    )
+
+
+SCEN = typer.Option("mixed", help=f"one of {', '.join(SCENARIOS)}")
+ARR = typer.Option("azure-code", help=f"one of {', '.join(ARRIVALS)}")
+POL = typer.Option(",".join(ALL_POLICIES), help="comma-separated policies")
+SEEDS = typer.Option("0,1,2,3,4", help="comma-separated seeds")
+OUT = typer.Option(..., help="output folder")
+SESS = typer.Option(40, help="sessions per seed")
+WIN = typer.Option(120.0, help="length of the arrival window replayed (s)")
+TRACES = typer.Option(None, help="traces folder (default: $OPTSCHED_TRACES or ../shared/traces)")
+LOADER = typer.Option("safetensors", help="loader format: safetensors or sllm")
+SPEED = typer.Option(1.0, help="loading bandwidth multiplier")
+PLT = typer.Option(1.0, help="planner time limit per epoch (s)")
+EPOCH = typer.Option(2.0, help="re-planning period (s)")
+WINDOW = typer.Option(24, help="activations CP-SAT optimises per epoch")
+
+
+@app.command()
+def simulate(
+    scenario: str = SCEN,
+    arrivals: str = ARR,
+    policies: str = POL,
+    seeds: str = SEEDS,
+    out: Path = OUT,
+    sessions: int = SESS,
+    window_s: float = WIN,
+    traces: Path | None = TRACES,
+    loader: str = LOADER,
+    load_speedup: float = SPEED,
+    planner_time_s: float = PLT,
+    epoch_s: float = EPOCH,
+    window: int = WINDOW,
+) -> None:
+    """Simulate policies x seeds; write summary.json, summary.md and PNG plots to OUT."""
+    exp = _experiment(
+        scenario,
+        arrivals,
+        policies,
+        seeds,
+        sessions,
+        window_s,
+        traces,
+        loader,
+        load_speedup,
+        planner_time_s,
+        epoch_s,
+        window,
+    )
+    with _progress() as prog:
+        task = prog.add_task("simulating", total=len(exp.policies) * len(exp.seeds))
+        summary, results = run_experiment(exp, lambda msg: prog.update(task, advance=1, description=msg))
+    paths = write_outputs(summary, results, out)
+    console.print((out / "summary.md").read_text())
+    for p in paths:
+        console.print(f"wrote {p}")
+
+
+@app.command("sweep-load")
+def sweep_load(
+    scenario: str = SCEN,
+    arrivals: str = ARR,
+    policies: str = typer.Option("heft,autellix,cpsat"),
+    seeds: str = SEEDS,
+    out: Path = OUT,
+    sessions: int = SESS,
+    window_s: float = WIN,
+    traces: Path | None = TRACES,
+    loader: str = LOADER,
+    speedups: str = typer.Option("20,6,1,0.33", help="bandwidth multipliers"),
+    planner_time_s: float = PLT,
+    epoch_s: float = EPOCH,
+    window: int = WINDOW,
+) -> None:
+    """The comparison at several model-loading times (sub-second to tens of seconds)."""
+    exp = _experiment(
+        scenario,
+        arrivals,
+        policies,
+        seeds,
+        sessions,
+        window_s,
+        traces,
+        loader,
+        1.0,
+        planner_time_s,
+        epoch_s,
+        window,
+    )
+    sp = [float(x) for x in speedups.split(",")]
+    with _progress() as prog:
+        task = prog.add_task("sweep", total=len(sp) * len(exp.policies) * len(exp.seeds))
+        sweep = load_sweep(exp, sp, lambda msg: prog.update(task, advance=1, description=msg))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "load_sweep.json").write_text(json.dumps(sweep, indent=1) + "\n")
+    (out / "load_sweep.md").write_text(sweep_markdown(sweep))
+    console.print(sweep_markdown(sweep))
+
+
+@app.command()
+def offline(
+    scenario: str = SCEN,
+    sessions: int = typer.Option(6),
+    window_s: float = typer.Option(30.0),
+    seeds: str = typer.Option("0,1,2"),
+    policies: str = typer.Option("heft,autellix,greedy,cpsat"),
+    time_limit_s: float = typer.Option(30.0),
+) -> None:
+    """Small noise-free cases: each policy's makespan against the CP-SAT offline optimum."""
+    from optsched.workflows.baselines import get_policy
+    from optsched.workflows.offline import offline_bound
+    from optsched.workflows.sim import Simulator
+    from optsched.workflows.workloads import arrivals as make_arrivals
+    from optsched.workflows.workloads import make_sessions
+
+    names = _names(policies)
+    cfg = SimConfig(
+        type_sigma=0.0, unit_sigma=0.0, load_sigma=0.0, pool=(("h100", 1), ("a100", 1), ("l40s", 1))
+    )
+    console.print("| seed | offline best | offline bound | " + " | ".join(names) + " |")
+    console.print("|---" * (3 + len(names)) + "|")
+    for seed in _ints(seeds):
+        ss = make_sessions(scenario, list(make_arrivals("bursty", sessions, window_s, seed)), seed)
+        ob = offline_bound(ss, config=cfg, time_limit_s=time_limit_s, seed=seed)
+        mks = [Simulator(ss, get_policy(n), name=n, seed=seed, config=cfg).run().makespan_s for n in names]
+        cells = " | ".join(f"{m:.1f} ({m / ob.bound_s:.3f})" for m in mks)
+        console.print(f"| {seed} | {ob.makespan_s:.1f} | {ob.bound_s:.1f} | {cells} |")
+
+
+@app.command()
+def calibrate(
+    traces: Path | None = TRACES,
+    out: Path = typer.Option(Path("optsched/workflows/data/predictor_coeffs.json")),
+    seed: int = 0,
+) -> None:
+    """Refit the predictor's coefficient table from the traces and print its held-out card."""
+    from optsched.traces import require_traces_dir
+    from optsched.workflows.calibrate import calibrate as fit
+    from optsched.workflows.calibrate import write_table
+
+    table = fit(require_traces_dir(traces), seed=seed)
+    write_table(table, out)
+    console.print_json(json.dumps(table["card"]))
+    console.print(f"wrote {out}")
