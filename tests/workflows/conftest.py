@@ -35,7 +35,7 @@ def random_snapshot(
                     "busy_until_s": float(now + rng.uniform(0, 5)) if rng.random() < 0.3 else 0.0,
                 }
             )
-    wf_sessions = []
+    wf_sessions: list[dict[str, Any]] = []
     for s in sessions:
         acts = []
         done: set[str] = set()
