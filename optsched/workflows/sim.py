@@ -126,8 +126,11 @@ class Simulator:
         seed: int = 0,
         config: SimConfig | None = None,
         predictor: Predictor | None = None,
+        capture_at: float | None = None,
     ) -> None:
         self.cfg = config or SimConfig()
+        self.capture_at = capture_at
+        """Keep the first snapshot built at or after this time in ``trace["snapshot"]``."""
         self.sessions = {s.id: s for s in sessions}
         self.policy = policy
         self.name = name
@@ -261,6 +264,7 @@ class Simulator:
         done = 0
         now = t0
         session_end: dict[str, float] = {}
+        captured: list[Snapshot] = []
         while events:
             now, _, kind, data = heapq.heappop(events)
             if now > self.cfg.max_time_s:
@@ -292,6 +296,8 @@ class Simulator:
                 if changed and done < total:
                     changed = False
                     snap = self.snapshot(now)
+                    if self.capture_at is not None and now >= self.capture_at and not captured:
+                        captured.append(snap)
                     state = ClusterState.from_snapshot(snap)
                     c0 = time.perf_counter()
                     plan = self.policy(state, self.cfg.planner_time_s, self.seed)
@@ -335,7 +341,7 @@ class Simulator:
             violations=violations,
             plans=plans,
             fallbacks=fallbacks,
-            trace={"residency": self._residency_trace()},
+            trace={"residency": self._residency_trace(), "snapshot": captured[0] if captured else None},
         )
 
     def _residency_trace(self) -> list[dict[str, Any]]:
