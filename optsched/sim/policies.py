@@ -91,6 +91,8 @@ class DecisionBuilder:
                 idle = [g for g in idle if (nid, g) not in pool]
             if idle:
                 self.free[node.gpu_type][node.id] = idle
+        self.free_n = {t: sum(len(v) for v in self.free[t].values()) for t in self.types}
+        self._victims: dict[str, list[Job]] | None = None
         self.use: dict[tuple[str, str], int] = defaultdict(int)
         self.own: dict[tuple[str, str], int] = defaultdict(int)
         self.running: dict[str, Job] = {}
@@ -111,12 +113,12 @@ class DecisionBuilder:
 
     # ---------------------------------------------------------------- capacity
     def free_count(self, t: str) -> int:
-        return sum(len(v) for v in self.free[t].values())
+        return self.free_n[t]
 
     def _place(self, job: Job, t: str) -> list[GpuRef] | None:
         nodes = self.free[t]
         need = job.gpus
-        if sum(len(v) for v in nodes.values()) < need:
+        if self.free_n[t] < need:
             return None
         # best fit on one node
         best: str | None = None
@@ -138,6 +140,7 @@ class DecisionBuilder:
             nodes[nid].remove(g)
             if not nodes[nid]:
                 del nodes[nid]
+        self.free_n[t] -= need
         return [GpuRef.model_construct(node=n, gpu=g) for n, g in picks]
 
     def _unplace(self, refs: list[GpuRef], t: str) -> None:
@@ -145,6 +148,7 @@ class DecisionBuilder:
             lst = self.free[t].setdefault(r.node, [])
             lst.append(r.gpu)
             lst.sort()
+        self.free_n[t] += len(refs)
 
     def loans(self, t: str) -> list[Loan] | None:
         """Loans covering every tenant's use of ``t`` above quota, or ``None`` if impossible."""
@@ -281,6 +285,19 @@ class DecisionBuilder:
         assert job.allocation is not None
         self._unplace(list(job.allocation), t)
 
+    def loan_victims(self, t: str) -> list[Job]:
+        """Running jobs of type ``t`` on loan (not guests), most recently started first."""
+        if self._victims is None:
+            st = self.state
+            by_type: dict[str, list[Job]] = {tt: [] for tt in self.types}
+            for j in self.running.values():
+                if j.on_loan and j.id not in st.host_of:
+                    by_type[st.job_type(j)].append(j)
+            for lst in by_type.values():
+                lst.sort(key=lambda j: (-(j.start_s or 0.0), j.id))
+            self._victims = by_type
+        return self._victims[t]
+
     def reclaim_for(self, job: Job) -> bool:
         """Preempt other tenants' on-loan jobs so that ``job`` (inside its own quota) fits."""
         st = self.state
@@ -288,17 +305,13 @@ class DecisionBuilder:
             key = (job.tenant, t)
             if self.own[key] + job.gpus > st.quota(job.tenant, t):
                 continue
-            victims = sorted(
-                (j for j in self.running.values()
-                 if j.on_loan and j.tenant != job.tenant and j.id not in self.preempted
-                 and j.id not in st.host_of and st.job_type(j) == t),
-                key=lambda j: (-(j.start_s or 0.0), j.id),
-            )
             short = job.gpus - self.free_count(t)
             chosen: list[Job] = []
-            for v in victims:
+            for v in self.loan_victims(t):
                 if short <= 0:
                     break
+                if v.tenant == job.tenant or v.id in self.preempted:
+                    continue
                 chosen.append(v)
                 short -= v.gpus
             if short > 0:
@@ -412,24 +425,25 @@ class TiresiasPolicy(_Heuristic):
             return (self._queue(j), j.submit_s, j.id)
 
         order = sorted(state.pending(), key=key)
+        qrun = {r.id: self._queue(r) for r in running}
+        victims = sorted(
+            (r for r in running if r.is_preemptible and r.id not in state.host_of),
+            key=lambda r: (-qrun[r.id], -(r.start_s or 0.0), r.id),
+        )
         for job in order:
             if b.start(job):
                 continue
             q = self._queue(job)
-            types = state.allowed_types(job)
-            victims = sorted(
-                (r for r in running
-                 if r.id not in b.preempted and r.is_preemptible and self._queue(r) > q
-                 and state.job_type(r) in types and r.id not in state.host_of),
-                key=lambda r: (-self._queue(r), -(r.start_s or 0.0), r.id),
-            )
-            for t in types:
-                vt = [v for v in victims if state.job_type(v) == t]
+            if not victims or qrun[victims[0].id] <= q:
+                continue  # nobody of a lower-priority queue to preempt
+            for t in state.allowed_types(job):
                 short = job.gpus - b.free_count(t)
                 chosen: list[Job] = []
-                for v in vt:
-                    if short <= 0:
+                for v in victims:
+                    if short <= 0 or qrun[v.id] <= q:
                         break
+                    if v.id in b.preempted or state.job_type(v) != t:
+                        continue
                     chosen.append(v)
                     short -= v.gpus
                 if short > 0 or not chosen:
