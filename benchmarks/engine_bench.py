@@ -60,7 +60,9 @@ def main() -> None:
             for b, (wall, d) in results.items():
                 obj = d.solver.objective or 0.0
                 gap = (bound - obj) / bound if bound else 0.0
-                rows.append((size, seed, n_run, n_pend, b, d.status, wall, wall / gw, obj, bound, gap, limits[size]))
+                rows.append(
+                    (size, seed, n_run, n_pend, b, d.status, wall, wall / gw, obj, bound, gap, limits[size])
+                )
                 print(
                     f"{size:6s} seed {seed} run {n_run:5d} pend {n_pend:5d} {b:6s} {d.status:9s} "
                     f"{wall:7.3f}s ({wall / gw:6.1f}x greedy) obj {obj:14.1f} ref-bound {bound:14.1f} "
