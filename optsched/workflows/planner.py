@@ -24,7 +24,7 @@ r"""The workflow planner: one CP-SAT model per epoch over a rolling window, gree
       mem_m, M_d)
 
    objective :math:`\min \sum_s w_s C_s + \beta\, T + \gamma(\sum p_{cd} x_{cd} +
-   \sum L_{dm} ld_{dm}) - \epsilon \sum L_{dm} keep_{dm}` with
+   \sum L_{dm} ld_{dm}) + \lambda \sum L_{dm} ld_{dm} - \lambda \sum L_{dm} keep_{dm}` with
    :math:`C_s \ge e_c + tail_c` (the predicted critical path after the unit) and
    :math:`T \ge C_s`. A resident model is evicted at :math:`ev_{dm}` when that is before the
    horizon (never before the running activation that uses it ends).
@@ -77,9 +77,12 @@ class PlannerConfig:
     completion_weight: float = 1.0
     """Weight of the sum of (weighted) session completions."""
     keep_bonus: bool = True
+    """Reward keeping a resident model that pending work still wants (``load_penalty`` x its
+    load seconds, in the same units as session completion)."""
+    load_penalty: float = 2.0
+    """Extra weight of each load second (on top of ``gamma_gpu``), as in the greedy placement."""
     tail_estimate: bool = True
     """Add each unit's predicted remaining critical path to its session's completion."""
-    """Reward keeping a resident model that pending work still wants (its load seconds)."""
     num_workers: int = 1
     margin_s: float = 0.05
     fusion: bool = True
@@ -94,7 +97,7 @@ def score(prob: Problem, sched: Schedule, cfg: PlannerConfig) -> float:
         gpu += p.end - p.start
     for d, m, what, _ in sched.actions:
         if what == "load":
-            gpu += prob.load[(m, prob.devices[d].gtype)]
+            gpu += (1.0 + cfg.load_penalty / max(cfg.gamma_gpu, 1e-9)) * prob.load[(m, prob.devices[d].gtype)]
     if not comp:
         return 0.0
     beta = cfg.beta_tail or max(1.0, len(comp) / 4.0)
@@ -285,9 +288,10 @@ def _solve_window(
     obj_terms += [round(10 * cw * w[sid]) * comp[sid] for sid in sessions]
     obj_terms.append(round(10 * beta) * tmax)
     obj_terms += [round(10 * gam * dur[k]) * v for k, v in x.items()]
-    obj_terms += [round(10 * gam * load_len[k]) * v for k, v in ld.items()]
+    lp = cfg.load_penalty
+    obj_terms += [round(10 * (gam + lp) * load_len[k]) * v for k, v in ld.items()]
     obj_terms += [
-        -round(prob.load[(mod, devs[d].gtype)] * SCALE) * v
+        -round(10 * lp * prob.load[(mod, devs[d].gtype)] * SCALE) * v
         for (d, mod), v in keep.items()
         if cfg.keep_bonus and prob.demand.get(mod, 0.0) > 0
     ]
