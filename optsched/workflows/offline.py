@@ -57,6 +57,7 @@ def offline_bound(
         gamma_gpu=0.0,
         completion_weight=0.0,
         keep_bonus=False,
+        load_penalty=0.0,
         tail_estimate=False,
     )
     out: list[float] = []
