@@ -46,8 +46,8 @@ def main() -> None:
           f"read in {load_s:.1f} s")
     cfg = SimConfig(epoch_s=args.epoch_s, trigger=not args.no_trigger)
     rows = []
-    header = (f"{'policy':10} {'wall s':>8} {'decisions':>9} {'snapshot':>9} {'state':>8} "
-              f"{'policy':>8} {'check':>8}  (seconds in total)")
+    header = (f"{'policy':10} {'wall s':>8} {'cpu s':>8} {'decisions':>9} {'snapshot':>9} "
+              f"{'state':>8} {'policy':>8} {'check':>8}  (seconds in total)")
     print(header)
     for pol in args.policies.split(","):
         opts = ({"time_limit_s": args.time_limit_s, "backend": args.backend,
@@ -59,14 +59,15 @@ def main() -> None:
         wall = time.perf_counter() - t
         d = log.decisions
         row = {
-            "policy": pol, "wall_s": wall, "decisions": len(d["t"]),
+            "policy": pol, "wall_s": wall, "cpu_s": log.cpu_seconds, "decisions": len(d["t"]),
             "snapshot_s": sum(d["snapshot_s"]), "state_s": sum(d["state_s"]),
             "policy_s": sum(d["seconds"]), "check_s": sum(d["check_s"]),
             "jobs": len(trace.jobs),
             "avg_queue_delay_s": summarize(log)["avg_queue_delay_s"],
         }
         rows.append(row)
-        print(f"{pol:10} {wall:8.1f} {row['decisions']:9d} {row['snapshot_s']:9.1f} "
+        print(f"{pol:10} {wall:8.1f} {log.cpu_seconds:8.1f} {row['decisions']:9d} "
+              f"{row['snapshot_s']:9.1f} "
               f"{row['state_s']:8.1f} {row['policy_s']:8.1f} {row['check_s']:8.1f}")
     if args.out:
         Path(args.out).write_text(json.dumps({"trace": args.trace, "load_s": load_s,

@@ -192,6 +192,9 @@ class EventLog:
     decisions: dict[str, list[Any]] = field(default_factory=dict)
     assurance: dict[str, list[Any]] = field(default_factory=dict)
     sim_seconds: float = 0.0
+    """Wall-clock seconds of the run."""
+    cpu_seconds: float = 0.0
+    """CPU seconds of the simulating process (excludes solver worker processes)."""
     end_time: float = 0.0
     notes: list[str] = field(default_factory=list)
 
@@ -322,6 +325,7 @@ class Simulator:
 
     def _run(self) -> EventLog:
         t_wall = time.perf_counter()
+        t_cpu = time.process_time()
         for sj in self.jobs:
             if sj.i not in self._unplaceable:
                 self.q.push(sj.spec.submit_s, Kind.ARRIVAL, sj.i)
@@ -358,6 +362,7 @@ class Simulator:
         self.log.end_time = self.now
         self._close_log()
         self.log.sim_seconds = time.perf_counter() - t_wall
+        self.log.cpu_seconds = time.process_time() - t_cpu
         return self.log
 
     def _request_decision(self) -> None:

@@ -147,6 +147,7 @@ def summarize(log: EventLog, window: tuple[float, float] | None = None) -> dict[
         "preemptions": float(len(p["t"])),
         "lost_gpu_hours": lost_h,
         "sim_seconds": float(log.sim_seconds),
+        "cpu_seconds": float(getattr(log, "cpu_seconds", math.nan)),
         "loans_made": float(sum(log.decisions["on_loan_started"])),
         "loans_reclaimed": float(sum(1 for r in p["reason"] if r == "reclaim")),
         "decisions": float(len(log.decisions["t"])),

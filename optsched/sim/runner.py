@@ -109,6 +109,7 @@ def load_log(folder: str | Path) -> EventLog:
     src = Path(folder)
     meta = json.loads((src / "meta.json").read_text())
     meta["window"] = tuple(meta["window"])
+    meta.setdefault("cpu_seconds", 0.0)
     log = EventLog(**meta)
     for name in TABLES:
         setattr(log, name, _read_table(src / f"{name}.csv.gz"))
