@@ -84,7 +84,7 @@ class PlannerConfig:
     tail_estimate: bool = True
     """Add each unit's predicted remaining critical path to its session's completion."""
     num_workers: int = 1
-    margin_s: float = 0.05
+    margin_s: float = 0.1
     fusion: bool = True
 
 
@@ -123,11 +123,14 @@ def plan_workflows(
     greedy_policy = replace(OURS_GREEDY, fusion=cfg.fusion)
     greedy = list_schedule(prob, greedy_policy)
     g_plan = greedy.to_plan(prob, "fallback", ["greedy list schedule"])
-    left = deadline - time.monotonic() - cfg.margin_s
+    # reserve time after CP-SAT for the tail schedule, the plan and its check: about what the
+    # problem and the greedy took, plus a fixed margin
+    reserve = cfg.margin_s + 1.5 * (time.monotonic() - t0)
+    left = deadline - time.monotonic() - reserve
     if left < 0.02:
         g_plan.notes.append("no time left for CP-SAT")
         return g_plan
-    result = _solve_window(prob, greedy, cfg, left * 0.85, seed, greedy_policy)
+    result = _solve_window(prob, greedy, cfg, left * 0.9, seed, greedy_policy)
     if result is None:
         g_plan.notes.append("CP-SAT found no solution in time")
         return g_plan
