@@ -81,11 +81,17 @@ class PlannerConfig:
     load seconds, in the same units as session completion)."""
     load_penalty: float = 2.0
     """Extra weight of each load second (on top of ``gamma_gpu``), as in the greedy placement."""
+    makespan_slack: float = 0.0
+    """Keep the CP-SAT plan only if its predicted makespan is within this share of the greedy's."""
     tail_estimate: bool = True
     """Add each unit's predicted remaining critical path to its session's completion."""
     num_workers: int = 1
     margin_s: float = 0.1
     fusion: bool = True
+
+
+def _makespan(sched: Schedule) -> float:
+    return max((p.end for p in sched.placed), default=0.0)
 
 
 def score(prob: Problem, sched: Schedule, cfg: PlannerConfig) -> float:
@@ -135,9 +141,11 @@ def plan_workflows(
         g_plan.notes.append("CP-SAT found no solution in time")
         return g_plan
     sched, status, note = result
-    if score(prob, sched, cfg) > score(prob, greedy, cfg) + 1e-6:
+    worse_tail = _makespan(sched) > _makespan(greedy) * (1.0 + cfg.makespan_slack) + 1e-6
+    if worse_tail or score(prob, sched, cfg) > score(prob, greedy, cfg) + 1e-6:
         g_plan.status = "feasible"
-        g_plan.notes = ["greedy list schedule (scored better than the CP-SAT window)", note]
+        why = "a later predicted makespan" if worse_tail else "a worse predicted score"
+        g_plan.notes = [f"greedy list schedule (the CP-SAT window gave {why})", note]
         return g_plan
     plan = sched.to_plan(prob, status, [note])
     bad = check_workflow_plan(state, plan)
