@@ -168,7 +168,11 @@ def _solve_window(
     tail_policy: ListPolicy,
     bound: list[float] | None = None,
 ) -> tuple[Schedule, str, str] | None:
-    """CP-SAT on the window; ``bound`` (if given) receives [objective, best bound]."""
+    """CP-SAT on the window; ``bound`` (if given) receives [objective, best bound].
+
+    ``limit_s`` counts from the call: building the model uses part of it, the search the rest.
+    """
+    solve_deadline = time.monotonic() + limit_s
     now = prob.now
     order = sorted(greedy.placed, key=lambda p: (p.start, p.dev))
     window: set[ActKey] = set()
@@ -333,7 +337,7 @@ def _solve_window(
             m.add_hint(ls[(d, mod)], _ceil(t_ld - now))
 
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.01, limit_s)
+    solver.parameters.max_time_in_seconds = max(0.01, solve_deadline - time.monotonic())
     solver.parameters.num_workers = cfg.num_workers
     solver.parameters.random_seed = seed
     status = solver.solve(m)
