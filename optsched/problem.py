@@ -107,6 +107,7 @@ class EpochProblem:
     weights: tuple[float, ...]
     notes: tuple[str, ...] = field(default=())
 
+
     # derived sums of the kept running jobs --------------------------------------------
     def used(self) -> list[int]:
         """Host GPUs held per type by kept running jobs (before preemptions)."""
@@ -165,27 +166,32 @@ def job_value(
 
     with :math:`W_i` the assurance-scaled tenant weight, :math:`g_j` the gang size,
     :math:`m_j` 2 for guaranteed and 1 for best-effort jobs, the urgency
-    :math:`u_j = \min(4, w_j / D_i)` (best-effort: :math:`\min(1, w_j / 4D_i)`), and the
+    :math:`u_j = \min(4, w_j / D_i)` (best-effort: :math:`\min(6, w_j / 2D_i)`, so a waiting
+    best-effort job ages past fresh ones instead of starving), and the
     shortness :math:`s_j = 3 / (1 + \ln(1 + g_j r_j / 600))` on predicted GPU-seconds.
     """
     if guaranteed:
         urg = min(4.0, wait_s / max(max_delay_s, 1.0))
     else:
-        urg = min(1.0, wait_s / max(4.0 * max_delay_s, 1.0))
+        urg = min(6.0, wait_s / max(2.0 * max_delay_s, 1.0))
     mult = 2.0 if guaranteed else 1.0
-    return weight * gpus * mult * (1.0 + urg) * (1.0 + _shortness(gpus * runtime_s))
+    return weight * gpus**GPU_EXPONENT * mult * (1.0 + urg) * (1.0 + _shortness(gpus * runtime_s))
 
 
 def preemption_cost(weight: float, gpus: int, guaranteed: bool, lost_s: float, remaining_s: float) -> float:
-    r"""Cost of stopping a running job: what it is worth at urgency 2, more when restarting
-    loses work (:math:`\ell_r`) and when it is close to done (remaining :math:`\rho_r`).
+    r"""Cost of stopping a running job: at least what a best-effort job of the same size is
+    worth at its highest urgency, more when restarting loses work (:math:`\ell_r`) and when
+    it is close to done (remaining :math:`\rho_r`), so best-effort jobs never churn each other
+    out; urgent guaranteed work and reclaim still pay for it.
 
-    .. math:: c_r = 3\, W_i\, g_r\, m_r\, (1 + \ell_r / 1800)\, (1 + 600 / (600 + \rho_r))
+    .. math:: c_r = 7\, W_i\, g_r\, m_r\, (1 + \ell_r / 1800)\, (1 + 600 / (600 + \rho_r))
     """
     mult = 2.0 if guaranteed else 1.0
-    return 3.0 * weight * gpus * mult * (1.0 + lost_s / 1800.0) * (1.0 + 600.0 / (600.0 + remaining_s))
+    return 7.0 * weight * gpus * mult * (1.0 + lost_s / 1800.0) * (1.0 + 600.0 / (600.0 + remaining_s))
 
 
+GPU_EXPONENT = 1.0
+"""How a job's value grows with its gang size (1: per GPU, 0: per job)."""
 def build_problem(
     state: ClusterState,
     predictions: Predictions,

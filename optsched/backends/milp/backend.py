@@ -1,44 +1,95 @@
 """HiGHS MILP backend over the neutral model, in a persistent worker process.
 
-The worker (``worker.py``) is started once per Python process and reused; a solve that runs
-past the deadline is abandoned by killing the worker (a fresh one starts on the next call), so
+The worker (``worker.py``, a separate interpreter speaking length-prefixed pickles over its
+stdin/stdout) is started once per Python process and reused; a solve that runs past the
+deadline is abandoned by killing the worker (a fresh one starts on the next call), so
 ``time_limit_s`` holds even when HiGHS overshoots its own limit.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import multiprocessing as mp
+import os
+import pickle
+import select
+import struct
+import subprocess
+import sys
 import threading
 import time
-from multiprocessing.connection import Connection
-from multiprocessing.process import BaseProcess
 from typing import Any, ClassVar
 
 from optsched.backends.base import SolveParams, SolveResult, SolveStatus
-from optsched.backends.milp.worker import ALLOWED_OPTIONS, serve
+from optsched.backends.milp.worker import ALLOWED_OPTIONS
 from optsched.formulation import build_model, from_assignment, is_feasible, to_assignment
 from optsched.problem import Assignment, EpochProblem
 
 _LOCK = threading.Lock()
-_WORKER: tuple[BaseProcess, Connection] | None = None
-_READY = {"ok": False}
 KILL_GRACE_S = 0.05
 
 
-def _worker() -> tuple[BaseProcess, Connection]:
+class Channel:
+    """Length-prefixed pickles over the worker's stdin/stdout, read without buffering so
+    that ``poll`` (``select``) sees every byte."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stdin is not None and proc.stdout is not None
+        self.proc = proc
+        self._in = proc.stdin
+        self._fd = proc.stdout.fileno()
+
+    def send(self, obj: Any) -> None:
+        data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        self._in.write(struct.pack("<Q", len(data)) + data)
+        self._in.flush()
+
+    def poll(self, timeout: float) -> bool:
+        ready, _, _ = select.select([self._fd], [], [], max(0.0, timeout))
+        return bool(ready)
+
+    def _read(self, n: int) -> bytes:
+        buf = b""
+        while len(buf) < n:
+            chunk = os.read(self._fd, n - len(buf))
+            if not chunk:
+                raise EOFError("the HiGHS worker exited")
+            buf += chunk
+        return buf
+
+    def recv(self) -> Any:
+        (n,) = struct.unpack("<Q", self._read(8))
+        return pickle.loads(self._read(n))
+
+    def close(self) -> None:
+        for stream in (self.proc.stdin, self.proc.stdout):
+            if stream is not None:
+                stream.close()
+
+
+_WORKER: tuple[subprocess.Popen[bytes], Channel] | None = None
+_READY = {"ok": False}
+
+
+def _worker() -> tuple[subprocess.Popen[bytes], Channel]:
+    """The running worker, started if needed.
+
+    It is a fresh interpreter running ``python -m optsched.backends.milp.worker`` (not a
+    multiprocessing child), so the caller's ``__main__`` is never re-imported.
+    """
     global _WORKER
-    if _WORKER is None or not _WORKER[0].is_alive():
-        ctx = mp.get_context("spawn")
-        parent, child = ctx.Pipe()
-        proc = ctx.Process(target=serve, args=(child,), daemon=True, name="optsched-highs")
-        proc.start()
-        _WORKER = (proc, parent)
+    if _WORKER is None or _WORKER[0].poll() is not None:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "optsched.backends.milp.worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        _WORKER = (proc, Channel(proc))
         _READY["ok"] = False
     return _WORKER
 
 
-def _wait_ready(conn: Connection, timeout: float) -> bool:
+def _wait_ready(conn: Channel, timeout: float) -> bool:
     """Consume the worker's ready message; ``False`` if it did not come in time."""
     if _READY["ok"]:
         return True
@@ -53,7 +104,7 @@ def _kill_worker() -> None:
     if _WORKER is not None:
         proc, conn = _WORKER
         proc.kill()
-        proc.join(1.0)
+        proc.wait(1.0)
         conn.close()
         _WORKER = None
 
@@ -79,7 +130,7 @@ def map_status(model_status: str, has_solution: bool) -> SolveStatus:
 def is_warm() -> bool:
     """Whether the worker process is running and has HiGHS loaded."""
     with _LOCK:
-        if _WORKER is None or not _WORKER[0].is_alive():
+        if _WORKER is None or _WORKER[0].poll() is not None:
             return False
         return _wait_ready(_WORKER[1], 0.0)
 

@@ -9,7 +9,6 @@ numpy and highspy.
 from __future__ import annotations
 
 import math
-from multiprocessing.connection import Connection
 from typing import Any
 
 ALLOWED_OPTIONS = {
@@ -67,17 +66,37 @@ def solve_arrays(job: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def serve(conn: Connection) -> None:
-    """Worker loop: say ready once HiGHS is imported, then receive jobs and send results
-    until ``None`` arrives."""
+def main() -> None:
+    """Worker loop over stdin/stdout: say ready once HiGHS is imported, then answer each job
+    until stdin closes. Anything HiGHS prints goes to stderr, never into the channel."""
+    import os
+    import pickle
+    import struct
+    import sys
+
     import highspy  # noqa: F401
 
-    conn.send(("ready", None))
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    inp = sys.stdin.buffer
+
+    def send(obj: Any) -> None:
+        data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        out.write(struct.pack("<Q", len(data)) + data)
+        out.flush()
+
+    send(("ready", None))
     while True:
-        job = conn.recv()
-        if job is None:
+        head = inp.read(8)
+        if len(head) < 8:
             return
+        (n,) = struct.unpack("<Q", head)
+        job = pickle.loads(inp.read(n))
         try:
-            conn.send(("ok", solve_arrays(job)))
+            send(("ok", solve_arrays(job)))
         except Exception as exc:  # report every failure to the parent, never die silently
-            conn.send(("error", f"{type(exc).__name__}: {exc}"))
+            send(("error", f"{type(exc).__name__}: {exc}"))
+
+
+if __name__ == "__main__":
+    main()
