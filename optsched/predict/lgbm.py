@@ -6,14 +6,17 @@ optional: one whose folder is missing is replaced by the fallback rules of
 
 * runtime: ``model:runtime/<version>`` (always, when loaded; unknown features are missing
   values for LightGBM), else ``estimate`` / ``default``;
-* memory: ``model:memory/<version>`` when the job's profile ``(model, dataset, batchsize,
-  amp)`` is in the shipped table (its measured memory times the pair margin); else the
+* memory: ``model:memory/<version>`` when the job carries its single-run profile in its
+  features (``speed``, ``gpu_util``, ``gmem_util``, ``gmem`` in MiB, as the simulator and a
+  profiling step provide): its measured memory times the pair margin; else the
   snapshot's ``memory_gib`` (``estimate``); else, when the job names a ``model``,
   ``model:memory/<version>`` from the booster times its (large) margin; else the full memory
   of the largest allowed GPU (``default``). A prediction never exceeds that full memory;
-* pair speeds: ``model:interference/<version>`` when both jobs' profiles
-  ``(model, dataset, batchsize, amp)`` are in the shipped table (``profiles.json``), else the
-  fallback's pessimistic ``default``.
+* pair speeds: ``model:interference/<version>`` when both jobs carry their profiles, else
+  the fallback's pessimistic ``default``.
+
+No table of measured profiles ships with the models: the traces they were trained on stay
+outside the repository, and a job's profile travels with the job.
 """
 
 from __future__ import annotations
@@ -32,12 +35,11 @@ from optsched.predict.fallback import DEFAULT_PAIR_SPEED, DEFAULT_RUNTIME_S
 from optsched.predict.features import (
     FEATURES,
     PROFILE_COLUMNS,
-    ProfileKey,
     Row,
     encode,
-    find_profile,
     job_runtime_row,
     memory_row,
+    own_profile,
     pair_row,
 )
 
@@ -147,15 +149,8 @@ class LightGBMPredictor:
             folder = latest_version(self.models_dir / pred)
             if folder is not None:
                 self.boosters[pred] = Booster.load(folder)
-        self._profiles: dict[ProfileKey, dict[str, float]] = {}
         self._pair_cache: dict[tuple[tuple[object, ...], tuple[object, ...]], tuple[float, float]] = {}
         """Pair speeds depend only on the two profiles: computed once per ordered pair."""
-        for pred in ("interference", "memory"):
-            b = self.boosters.get(pred)
-            if b is not None and (b.folder / "profiles.json").is_file():
-                for r in json.loads((b.folder / "profiles.json").read_text()):
-                    key = (str(r["model"]), str(r["dataset"]), int(r["batchsize"]), int(r["amp"]))
-                    self._profiles[key] = {c: float(r[c]) for c in PROFILE_COLUMNS}
 
     @property
     def missing(self) -> tuple[str, ...]:
@@ -190,7 +185,7 @@ class LightGBMPredictor:
         todo: list[int] = []
         for i, job in enumerate(jobs):
             feats = job.features or {}
-            prof = find_profile(feats, self._profiles)
+            prof = own_profile(feats)
             if mb is not None and prof is not None:
                 margin = float(mb.card.get("profile_margin", 1.0))
                 mib = prof["gmem"] * margin
@@ -215,14 +210,14 @@ class LightGBMPredictor:
         hf, gf = host.features or {}, guest.features or {}
         if b is None:
             return PairEstimate(DEFAULT_PAIR_SPEED, DEFAULT_PAIR_SPEED, "default")
-        hp, gp = find_profile(hf, self._profiles), find_profile(gf, self._profiles)
+        hp, gp = own_profile(hf), own_profile(gf)
         if hp is None or gp is None:
             return PairEstimate(DEFAULT_PAIR_SPEED, DEFAULT_PAIR_SPEED, "default")
         hk = (hf.get("batchsize"), hf.get("amp"), *(hp[c] for c in PROFILE_COLUMNS))
         gk = (gf.get("batchsize"), gf.get("amp"), *(gp[c] for c in PROFILE_COLUMNS))
         cached = self._pair_cache.get((hk, gk))
         if cached is None:
-            raw = b.predict([pair_row(hf, gf, self._profiles), pair_row(gf, hf, self._profiles)])
+            raw = b.predict([pair_row(hf, gf, {}), pair_row(gf, hf, {})])
             cached = (
                 float(np.clip(raw[0], MIN_SPEED, 1.0)),
                 float(np.clip(raw[1], MIN_SPEED, 1.0)),

@@ -379,7 +379,6 @@ def save(
     training_data: dict[str, Any],
     metrics: dict[str, Any],
     version: str = VERSION,
-    extra_files: dict[str, Any] | None = None,
 ) -> Path:
     """Write ``out/<predictor>/<version>/{model.txt, card.json}`` and return the folder."""
     folder = out / fit.predictor / version
@@ -399,28 +398,8 @@ def save(
         "created_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         **fit.extra,
     }
-    for name, content in (extra_files or {}).items():
-        (folder / name).write_text(json.dumps(content, indent=1, sort_keys=True) + "\n")
-        card.setdefault("files", []).append(name)
     (folder / "card.json").write_text(json.dumps(card, indent=1, sort_keys=True) + "\n")
     return folder
-
-
-def profiles_json(single: pd.DataFrame) -> list[dict[str, Any]]:
-    """The single-run profile table as JSON records (shipped next to the pair model)."""
-    out = []
-    for r in single.to_dict("records"):
-        out.append(
-            {
-                "model": str(r["model"]),
-                "dataset": str(r["dataset"]),
-                "batchsize": int(r["batchsize"]),
-                "amp": int(r["amp"]),
-                **{c: float(r[c]) for c in PROFILE_COLUMNS},
-                "label": int(r["label"]),
-            }
-        )
-    return out
 
 
 ProgressFn = Callable[[str], None]
@@ -478,13 +457,12 @@ def train_models(
 
     single_p, coloc_p = resolve(traces, SINGLE_DATA), resolve(traces, COLOCATE_INFO)
     single, coloc = load_single(single_p), load_colocate(coloc_p)
-    profiles = {"profiles.json": profiles_json(single)}
     say("memory")
     mmetrics, mfit, _ = evaluate_memory(single, coloc, seed)
     minfo = data_info([single_p, coloc_p], traces, rows=len(single))
-    folders["memory"] = save(mfit, out, minfo, mmetrics, extra_files=profiles)
+    folders["memory"] = save(mfit, out, minfo, mmetrics)
     say("interference")
     imetrics, ifit, _ = evaluate_interference(single, coloc, seed)
     iinfo = data_info([single_p, coloc_p], traces, rows=len(coloc))
-    folders["interference"] = save(ifit, out, iinfo, imetrics, extra_files=profiles)
+    folders["interference"] = save(ifit, out, iinfo, imetrics)
     return folders

@@ -45,6 +45,11 @@ def _state() -> ClusterState:
                 "dataset": "CIFAR-10",
                 "batchsize": 32,
                 "amp": 0,
+                # its single-run profile travels with the job
+                "speed": 1.0,
+                "gpu_util": 45.0,
+                "gmem_util": 20.0,
+                "gmem": 3000.0,
                 "hist_user_n": 2.0,
                 "hist_user_median_s": 300.0,
             },
@@ -56,7 +61,16 @@ def _state() -> ClusterState:
             "gpus": 2,
             "submit_s": 150.0,
             "state": "pending",
-            "features": {"model": "VGG", "dataset": "ImageNet", "batchsize": 64, "amp": 1},
+            "features": {
+                "model": "VGG",
+                "dataset": "ImageNet",
+                "batchsize": 64,
+                "amp": 1,
+                "speed": 1.0,
+                "gpu_util": 90.0,
+                "gmem_util": 60.0,
+                "gmem": 9000.0,
+            },
         },
         {
             "id": "unprofiled",  # model known, profile not in the table
@@ -129,10 +143,7 @@ def test_trained_predictor_says_its_sources(trained):
     assert all(e.memory_gib <= 40.0 for e in est.values())
     # a known profile is its measured memory times a margin >= 1
     card = json.loads((trained / "memory/v1/card.json").read_text())
-    prof = json.loads((trained / "memory/v1/profiles.json").read_text())
-    gmem = next(
-        p["gmem"] for p in prof if (p["model"], p["batchsize"], p["amp"]) == ("ResNet18", 32, 0)
-    )
+    gmem = 3000.0  # the profile the job carries
     assert est["known"].memory_gib == pytest.approx(gmem * card["profile_margin"] / 1024)
     assert card["profile_margin"] >= 1.0
     # deterministic
@@ -223,13 +234,11 @@ def test_shipped_models_load_and_predict():
     state = _state()
     est = pred.predict_jobs(state).jobs
     assert {e.runtime_source for e in est.values()} == {"model:runtime/v1"}
-    profiles = json.loads((SHIPPED / "interference/v1/profiles.json").read_text())
-    a, b = (
-        state.snapshot.jobs[0].model_copy(
-            update={"features": {k: p[k] for k in ("model", "dataset", "batchsize", "amp")}}
-        )
-        for p in profiles[:2]
-    )
+    profiles = [
+        {"batchsize": 32, "amp": 0, "speed": 1.0, "gpu_util": 40.0, "gmem_util": 15.0, "gmem": 2500.0},
+        {"batchsize": 64, "amp": 1, "speed": 1.0, "gpu_util": 85.0, "gmem_util": 55.0, "gmem": 8000.0},
+    ]
+    a, b = (state.snapshot.jobs[0].model_copy(update={"features": p}) for p in profiles)
     pe = pred.predict_pair(state, a, b)
     assert pe.source == "model:interference/v1"
     assert 0.05 <= pe.host_speed <= 1.0

@@ -8,6 +8,7 @@ deadline is abandoned by killing the worker (a fresh one starts on the next call
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import os
 import pickle
@@ -68,6 +69,21 @@ class Channel:
 
 _WORKER: tuple[subprocess.Popen[bytes], Channel] | None = None
 _READY = {"ok": False}
+
+
+@atexit.register
+def _shutdown() -> None:
+    """At interpreter exit: close the worker's stdin (it exits on EOF), then reap it."""
+    global _WORKER
+    if _WORKER is not None:
+        proc, conn = _WORKER
+        conn.close()
+        try:
+            proc.wait(1.0)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(1.0)
+        _WORKER = None
 
 
 def _worker() -> tuple[subprocess.Popen[bytes], Channel]:
