@@ -392,6 +392,7 @@ class Simulator:
             feats["cpu_num"] = spec.cpu_num
         if spec.node_num is not None:
             feats["node_num"] = spec.node_num
+        feats.update(spec.workload)
         if spec.gpu_milli is not None:
             feats["gpu_milli"] = spec.gpu_milli
         if self._single_type is not None:

@@ -15,7 +15,8 @@ Calibration (constants below, derived once from public Venus data; see ``data/RE
   some nearly idle), so that borrowing and reclaiming matter.
 
 The output is a Venus-schema job log (``job_id, user, vc, jobname, gpu_num, cpu_num,
-node_num, state, submit_time, duration, dataset, model, batchsize, amp, gpu_util, gmem``),
+node_num, state, submit_time, duration, dataset, model, batchsize, amp, speed, gpu_util,
+gmem_util, gmem``),
 a ``vc_config.csv`` (nodes per VC) and the estimates file. Every number is synthetic.
 
 Rebuild the shipped files with ``python -m optsched.sim.generate optsched/sim/data``.
@@ -112,8 +113,8 @@ def generate(spec: MiniSpec) -> tuple[list[dict[str, object]], dict[str, int], d
                 "node_num": max(1, math.ceil(gpus / spec.gpus_per_node)),
                 "state": "COMPLETED", "t": _arrival(rng, spec.days), "duration": int(dur),
                 "dataset": prof.key[1], "model": prof.key[0], "batchsize": prof.key[2],
-                "amp": prof.key[3], "gpu_util": prof.gpu_util,
-                "gmem": round(prof.memory_gib * 1024.0, 1),
+                "amp": prof.key[3], "speed": prof.speed, "gpu_util": prof.gpu_util,
+                "gmem_util": prof.gmem_util, "gmem": round(prof.memory_gib * 1024.0, 1),
             })
     rows.sort(key=lambda r: (float(str(r["t"])), str(r["vc"])))
     estimates: dict[str, float] = {}
@@ -127,7 +128,8 @@ def generate(spec: MiniSpec) -> tuple[list[dict[str, object]], dict[str, int], d
 
 
 COLUMNS = ("job_id", "user", "vc", "jobname", "gpu_num", "cpu_num", "node_num", "state",
-           "submit_time", "duration", "dataset", "model", "batchsize", "amp", "gpu_util", "gmem")
+           "submit_time", "duration", "dataset", "model", "batchsize", "amp", "speed", "gpu_util",
+           "gmem_util", "gmem")
 
 
 def write_mini(out_dir: str | Path, spec: MiniSpec | None = None,

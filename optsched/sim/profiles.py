@@ -5,8 +5,8 @@ ASPLOS'23 artifact, S-Lab License 1.0; see ``data/README.md`` for the attributio
 :func:`derive_tables` for how they are rebuilt from ``lucid_venus/``):
 
 * ``profiles.csv``: the 66 single-job profiles of ``single_data.csv``, keyed by
-  ``(model, dataset, batchsize, amp)``: GPU utilisation, peak GPU memory and Lucid's
-  sharing score ``label`` (0 = tiny, 1 = medium, 2 = jumbo).
+  ``(model, dataset, batchsize, amp)``: GPU utilisation, peak GPU memory, Lucid's sharing
+  score ``label`` (0 = tiny, 1 = medium, 2 = jumbo), throughput and memory utilisation.
 * ``colocation.csv``: the 1,388 measured pairs of ``colocate_info.csv``: for two profiles,
   each one's colocated/exclusive throughput ratio.
 
@@ -42,6 +42,18 @@ class Profile:
     memory_gib: float
     label: int
     """Lucid's sharing score: 0 tiny, 1 medium, 2 jumbo."""
+    speed: float = math.nan
+    """Exclusive throughput (samples/s) as profiled."""
+    gmem_util: float = math.nan
+
+    def workload(self) -> dict[str, float]:
+        """The single-run profile columns a predictor reads (``gmem`` in MiB)."""
+        out = {"gpu_util": self.gpu_util, "gmem": round(self.memory_gib * 1024.0, 1)}
+        if not math.isnan(self.speed):
+            out["speed"] = self.speed
+        if not math.isnan(self.gmem_util):
+            out["gmem_util"] = self.gmem_util
+        return out
 
 
 def _data_file(name: str) -> Path:
@@ -90,7 +102,8 @@ def _load(folder: str) -> Interference:
         for row in csv.DictReader(fh):
             key = (row["model"], row["dataset"], int(row["batchsize"]), int(row["amp"]))
             profiles[key] = Profile(
-                key, float(row["gpu_util"]), float(row["memory_gib"]), int(row["label"])
+                key, float(row["gpu_util"]), float(row["memory_gib"]), int(row["label"]),
+                float(row.get("speed") or math.nan), float(row.get("gmem_util") or math.nan),
             )
     sums: dict[tuple[ProfileKey, ProfileKey], list[float]] = {}
     with pair_path.open(newline="") as fh:
@@ -120,12 +133,14 @@ def derive_tables(lucid_dir: str | Path, out_dir: str | Path) -> tuple[int, int]
         "w", newline=""
     ) as out:
         w = csv.writer(out, lineterminator="\n")
-        w.writerow(["model", "dataset", "batchsize", "amp", "gpu_util", "memory_gib", "label"])
+        w.writerow(["model", "dataset", "batchsize", "amp", "gpu_util", "memory_gib", "label",
+                    "speed", "gmem_util"])
         for row in csv.DictReader(fh):
             w.writerow([
                 row["model"], row["dataset"], int(float(row["batchsize"])),
                 int(float(row["amp"])), round(float(row["gpu_util"]), 3),
                 round(float(row["gmem"]) / 1024.0, 3), int(float(row["label"])),
+                round(float(row["speed"]), 3), round(float(row["gmem_util"]), 3),
             ])
             n_prof += 1
     n_pair = 0

@@ -55,6 +55,9 @@ class TraceJob:
     gpu_types: tuple[str, ...] | None = None
     gpu_milli: int | None = None
     qos: Literal["guaranteed", "best_effort"] = "guaranteed"
+    workload: dict[str, float] = field(default_factory=dict)
+    """Single-run profile columns (``speed, gpu_util, gmem_util, gmem`` MiB) when known: the
+    trace's own workload columns, else the profile table's."""
 
 
 @dataclass(frozen=True)
@@ -252,9 +255,14 @@ def read_venus(
             key = (r["model"], r["dataset"], _int_or_none(r.get("batchsize")) or 0,
                    _int_or_none(r.get("amp")) or 0)
         mem: float | None = None
+        pf = prof.profile(key)
+        workload = pf.workload() if pf is not None else {}
+        for col in ("speed", "gpu_util", "gmem_util", "gmem"):
+            if r.get(col):
+                workload[col] = float(r[col])
         if r.get("gmem"):
             mem = round(float(r["gmem"]) / 1024.0, 3)
-        elif key is not None and (pf := prof.profile(key)) is not None:
+        elif pf is not None:
             mem = pf.memory_gib
         jid = str(int(float(r["job_id"])))
         jobs.append(
@@ -271,6 +279,7 @@ def read_venus(
                 memory_gib=mem,
                 cpu_num=_int_or_none(r.get("cpu_num")),
                 node_num=_int_or_none(r.get("node_num")),
+                workload=workload,
             )
         )
     if skipped_vc:

@@ -72,7 +72,7 @@ def test_snapshot_features_and_estimates(mini: Trace) -> None:
     for j in pend:
         f = j.features or {}
         for key in ("user", "name", "model", "dataset", "batchsize", "amp", "cpu_num",
-                    "node_num"):
+                    "node_num", "speed", "gpu_util", "gmem_util", "gmem"):
             assert key in f, key
         assert j.runtime_s == truth[j.id].estimate_s  # the estimate, never the truth
         assert j.memory_gib is not None
