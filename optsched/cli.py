@@ -30,7 +30,7 @@ app = typer.Typer(
 
 _DEBUG = {"on": False}
 
-PLUGINS: tuple[str, ...] = ("optsched.predict.cli", "optsched.workflows.cli")
+PLUGINS: tuple[str, ...] = ("optsched.sim.cli", "optsched.predict.cli", "optsched.workflows.cli")
 
 
 def fail(path: str, message: str) -> NoReturn:
