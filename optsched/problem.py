@@ -162,9 +162,10 @@ def job_value(
 ) -> float:
     r"""Value of starting a job now.
 
-    .. math:: v_j = W_i\, g_j\, m_j\, (1 + u_j)\, (1 + s_j)
+    .. math:: v_j = W_i\, g_j^{\,\gamma}\, m_j\, (1 + u_j)\, (1 + s_j)
 
-    with :math:`W_i` the assurance-scaled tenant weight, :math:`g_j` the gang size,
+    with :math:`W_i` the assurance-scaled tenant weight, :math:`g_j` the gang size
+    (:math:`\gamma` = ``GPU_EXPONENT``),
     :math:`m_j` 2 for guaranteed and 1 for best-effort jobs, the urgency
     :math:`u_j = \min(4, w_j / D_i)` (best-effort: :math:`\min(6, w_j / 2D_i)`, so a waiting
     best-effort job ages past fresh ones instead of starving), and the
@@ -190,8 +191,11 @@ def preemption_cost(weight: float, gpus: int, guaranteed: bool, lost_s: float, r
     return 7.0 * weight * gpus * mult * (1.0 + lost_s / 1800.0) * (1.0 + 600.0 / (600.0 + remaining_s))
 
 
-GPU_EXPONENT = 1.0
-"""How a job's value grows with its gang size (1: per GPU, 0: per job)."""
+GPU_EXPONENT = 0.5
+"""How a job's value grows with its gang size (1: per GPU, 0: per job). 0.5 measured best:
+on the first 8,000 jobs of the imbalanced Venus surrogate (seed 0, HiGHS, 0.2 s per epoch)
+average queueing 859 s -> 700 s and JCT 11,614 s -> 11,403 s against 1.0, since queueing
+delay counts jobs while utilization counts GPUs."""
 def build_problem(
     state: ClusterState,
     predictions: Predictions,
