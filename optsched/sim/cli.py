@@ -76,6 +76,9 @@ def simulate(
     oracle_runtime: bool = typer.Option(False, "--oracle-runtime",
                                         help="snapshots carry TRUE runtimes (oracle mode)"),
     plots: bool = typer.Option(True, "--plots/--no-plots"),
+    lucid_dir: Path | None = typer.Option(
+        None, "--lucid-dir", help="folder with Lucid's single_data.csv and colocate_info.csv "
+        "(default: lucid_venus/ on the traces path; else the synthetic interference model)"),
 ) -> None:
     """Replay a trace under several policies and seeds; write summary.json, a table, plots."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -95,7 +98,8 @@ def simulate(
     specs = [
         RunSpec(trace=trace, policy=p, seed=s, config=cfg,
                 policy_options=opts if p == "optsched" else {}, qos_delay_s=qos_delay_s,
-                guarantee=rule, max_jobs=max_jobs)
+                guarantee=rule, max_jobs=max_jobs,
+                lucid_dir=str(lucid_dir) if lucid_dir is not None else None)
         for p in pols for s in seed_list
     ]
     out.mkdir(parents=True, exist_ok=True)
@@ -110,13 +114,14 @@ def simulate(
         summary = run_many(specs, out=out, workers=workers, on_done=done)
     summary["command"] = {
         "trace": trace, "policies": pols, "seeds": seed_list, "epoch_s": epoch_s,
-        "workers": workers, "optsched": opts,
+        "workers": workers, "optsched": opts, "lucid_dir": str(lucid_dir) if lucid_dir else None,
     }
     (out / "summary.json").write_text(json.dumps(clean(summary), indent=1))
     table = markdown_table(summary)
     (out / "summary.md").write_text(
         f"# Simulation summary: {trace}\n\nseeds {seed_list}, epoch {epoch_s:g} s; "
-        f"means over seeds.\n\n{table}")
+        f"interference: {summary['interference']}; means over seeds.\n\n{table}")
+    typer.echo(f"interference: {summary['interference']}")
     typer.echo(table)
     if plots:
         from optsched.sim.plots import plot_all

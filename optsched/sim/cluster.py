@@ -9,9 +9,10 @@ violation raises :class:`SimulationError`) and applies it.
 Ground truth (:class:`GroundTruth`), hidden from the policy:
 
 * true exclusive runtime = the trace's duration × ``exp(N(0, runtime_jitter))`` (seeded);
-* colocation speeds of an MPS pair = the measured speeds of their workload profiles
-  (:class:`~optsched.sim.profiles.Interference`) × ``exp(N(0, pair_jitter))`` (seeded per pair),
-  clipped to ``[0.3, 1]``.
+* colocation speeds of an MPS pair = the speeds of their workload profiles from the trace's
+  :class:`~optsched.sim.profiles.Interference` (Lucid's measured pairs read from the traces
+  path, or the synthetic law of :mod:`optsched.sim.synthetic`; ``EventLog.interference`` says
+  which) × ``exp(N(0, pair_jitter))`` (seeded per pair), clipped to ``[0.3, 1]``.
 
 Mechanics:
 
@@ -48,6 +49,7 @@ from optsched.schema.snapshot import (
 )
 from optsched.sim.engine import EventQueue, Kind
 from optsched.sim.profiles import Interference, ProfileKey
+from optsched.sim.synthetic import synthetic_interference
 from optsched.state import ClusterState
 
 if TYPE_CHECKING:
@@ -94,7 +96,7 @@ class GroundTruth:
     def __init__(self, trace: Trace, seed: int, config: SimConfig,
                  interference: Interference | None = None) -> None:
         self.seed = seed
-        self.interference = interference or Interference.load()
+        self.interference = interference or trace.interference or synthetic_interference()
         self.pair_jitter = config.pair_jitter
         rng = random.Random(seed)
         self.runtime: dict[str, float] = {}
@@ -197,6 +199,8 @@ class EventLog:
     """CPU seconds of the simulating process (excludes solver worker processes)."""
     end_time: float = 0.0
     notes: list[str] = field(default_factory=list)
+    interference: str = ""
+    """Where the colocation speeds came from: ``"lucid:<folder>"`` or ``"synthetic"``."""
 
 
 def _cols(*names: str) -> dict[str, list[Any]]:
@@ -296,6 +300,7 @@ class Simulator:
                             "on_loan_started", "status"),
             assurance=_cols("t", "tenant", "value"),
             notes=list(trace.notes),
+            interference=self.truth.interference.source,
         )
         caps = trace.capacity()
         self._unplaceable: set[int] = set()

@@ -10,7 +10,11 @@ Calibration (constants below, derived once from public Venus data; see ``data/RE
   surrogate's fit), capped at ``max_duration_s``;
 * estimates (``mini_estimates.csv``, Lucid's ``job_id, priority`` format): the true duration
   × ``exp(N(0, estimate_sigma))``, like a learned estimator of moderate quality;
-* workload columns: profiles drawn uniformly from the 66 Lucid profiles;
+* workload columns: profiles drawn uniformly from the synthetic profiles of
+  :func:`optsched.sim.synthetic.synthetic_profiles` (``synth-<k>``; no real profile is named).
+  The draw takes one of ``PROFILE_SLOTS`` = 66 slots (the slot count of the first version of
+  this generator, kept so that every other column of the seed-0 trace stayed as it was) and
+  maps slot ``s`` to profile ``s mod N_PROFILES`` (66 = 11 × 6, so the draw is uniform);
 * tenants (VCs) with imbalanced offered load, as real tenants are (some above their quota,
   some nearly idle), so that borrowing and reclaiming matter.
 
@@ -34,7 +38,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from optsched.sim.profiles import Interference
+from optsched.sim.synthetic import synthetic_profiles
 
 HOUR_WEIGHTS: tuple[float, ...] = (
     0.0345, 0.0326, 0.0283, 0.0253, 0.0130, 0.0111, 0.0105, 0.0111, 0.0158, 0.0290, 0.0440,
@@ -49,6 +53,8 @@ GPU_NUM_DIST: tuple[tuple[int, float], ...] = (
     (64, 0.0135),
 )
 """Share of Venus September jobs per GPU count (the remaining 4% have other counts)."""
+PROFILE_SLOTS = 66
+"""Slots of the profile draw (see the module docstring)."""
 MEDIAN_DURATION_S = 204.0
 SIGMA_DURATION = 2.88
 
@@ -91,7 +97,7 @@ def _arrival(rng: random.Random, days: float) -> float:
 def generate(spec: MiniSpec) -> tuple[list[dict[str, object]], dict[str, int], dict[str, float]]:
     """Rows of the job log, nodes per VC, and estimates by job id."""
     rng = random.Random(spec.seed)
-    profiles = sorted(Interference.load().profiles.values(), key=lambda p: p.key)
+    profiles = synthetic_profiles()
     horizon = spec.days * 86400.0
     rows: list[dict[str, object]] = []
     for name, nodes, load in spec.tenants:
@@ -105,7 +111,7 @@ def generate(spec: MiniSpec) -> tuple[list[dict[str, object]], dict[str, int], d
                 1.0, math.exp(math.log(MEDIAN_DURATION_S) + SIGMA_DURATION * rng.gauss(0, 1))))
             dur = float(round(dur))
             acc += gpus * dur
-            prof = rng.choice(profiles)
+            prof = profiles[rng.randrange(PROFILE_SLOTS) % len(profiles)]
             user = rng.choice(users)
             rows.append({
                 "user": user, "vc": name, "jobname": f"job{rng.randrange(10_000):05d}",

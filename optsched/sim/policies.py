@@ -43,6 +43,7 @@ from optsched.predict.base import JobEstimate, PairEstimate, Predictions
 from optsched.schema.decision import Decision, Loan, Preempt, PreemptReason, SolverInfo, Start
 from optsched.schema.snapshot import GpuRef, Job, Snapshot
 from optsched.sim.profiles import Interference
+from optsched.sim.synthetic import synthetic_interference
 
 if TYPE_CHECKING:
     from optsched.sim.cluster import GroundTruth, Policy
@@ -493,7 +494,7 @@ class LucidPolicy(_Heuristic):
 
     def __init__(self, max_label_sum: int = 1, interference: Interference | None = None) -> None:
         self.max_label_sum = max_label_sum
-        self.prof = interference or Interference.load()
+        self.prof = interference or synthetic_interference()
 
     def order(self, pending: list[Job], snapshot: Snapshot) -> list[Job]:
         return sorted(pending, key=lambda j: (estimate(j) * j.gpus, j.submit_s, j.id))
@@ -615,7 +616,7 @@ def make_policy(name: str, *, seed: int = 0, truth: GroundTruth | None = None,
         "tiresias": TiresiasPolicy,
         "kueue": KueuePolicy,
         "gandiva": GandivaPolicy,
-        "lucid": LucidPolicy,
+        "lucid": lambda: LucidPolicy(interference=truth.interference if truth else None),
         "optsched": lambda: OptschedPolicy(seed=seed, truth=truth, **opts),
     }
     if name not in factories:

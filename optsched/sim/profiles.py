@@ -1,29 +1,35 @@
-"""Workload profiles and measured MPS colocation speeds (the simulator's interference truth).
+"""Workload profiles and MPS colocation speeds (the simulator's interference truth).
 
-Two small tables ship as package data in ``optsched/sim/data/`` (derived from Lucid's
-ASPLOS'23 artifact, S-Lab License 1.0; see ``data/README.md`` for the attribution and
-:func:`derive_tables` for how they are rebuilt from ``lucid_venus/``):
+Nothing here ships data. An :class:`Interference` comes from one of two sources:
 
-* ``profiles.csv``: the 66 single-job profiles of ``single_data.csv``, keyed by
-  ``(model, dataset, batchsize, amp)``: GPU utilisation, peak GPU memory, Lucid's sharing
-  score ``label`` (0 = tiny, 1 = medium, 2 = jumbo), throughput and memory utilisation.
-* ``colocation.csv``: the 1,388 measured pairs of ``colocate_info.csv``: for two profiles,
-  each one's colocated/exclusive throughput ratio.
+* **Lucid's measurements**, read from the Lucid folder of the traces path
+  (``<traces>/lucid_venus/``; never committed): ``single_data.csv`` gives the 66 single-job
+  profiles keyed by ``(model, dataset, batchsize, amp)`` (throughput ``speed``, ``gpu_util``,
+  ``gmem_util``, peak GPU memory ``gmem`` in MiB, Lucid's sharing score ``label``: 0 tiny,
+  1 medium, 2 jumbo) and ``colocate_info.csv`` the 1,388 measured MPS pairs (``speed1``,
+  ``speed2``: each job's colocated/exclusive throughput ratio). :func:`load_lucid` reads the
+  original CSVs. A pair that was not measured runs at ``min(1, 100 / (util_a + util_b)) ** 0.5``
+  clipped to ``[0.3, 1.0]``.
+* **The synthetic model** of :mod:`optsched.sim.synthetic` (a handful of ``synth-<k>``
+  profiles and a fitted pair-speed law), used for the shipped mini trace and whenever no Lucid
+  folder is found.
 
-A pair that was not measured gets a speed from a documented rule
-(:meth:`Interference.pair_speeds`): both jobs run at ``min(1, 100 / (util_a + util_b)) ** 0.5``
-clipped to ``[0.3, 1.0]`` — jobs whose combined utilisation fits in one GPU barely slow each
-other; a saturated pair shares the GPU. Jobs without a known profile use the median profile.
+:func:`resolve_interference` picks the source for a trace; ``Interference.source`` says which
+one a run used (``"lucid:<folder>"`` or ``"synthetic"``). Jobs without a known profile use
+``DEFAULT_UTIL``.
 """
 
 from __future__ import annotations
 
 import csv
+import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
+
+from optsched.traces import default_traces_dir
 
 ProfileKey = tuple[str, str, int, int]
 """``(model, dataset, batchsize, amp)``."""
@@ -31,6 +37,13 @@ ProfileKey = tuple[str, str, int, int]
 MIN_PAIR_SPEED = 0.3
 DEFAULT_UTIL = 50.0
 DEFAULT_MEMORY_GIB = 4.0
+LUCID_FOLDER = "lucid_venus"
+LUCID_FILES = ("single_data.csv", "colocate_info.csv")
+
+log = logging.getLogger("optsched.sim")
+
+PairLaw = Callable[[float, float, ProfileKey | None, ProfileKey | None], tuple[float, float]]
+"""``law(util_a, util_b, key_a, key_b) -> (speed_a, speed_b)`` for pairs without a measurement."""
 
 
 @dataclass(frozen=True)
@@ -56,28 +69,35 @@ class Profile:
         return out
 
 
-def _data_file(name: str) -> Path:
-    return Path(str(resources.files("optsched.sim").joinpath("data", name)))
+def sqrt_rule(ua: float, ub: float, a: ProfileKey | None = None,
+              b: ProfileKey | None = None) -> tuple[float, float]:
+    """Unmeasured Lucid pair: both at ``sqrt(min(1, 100 / (ua + ub)))`` in ``[0.3, 1]``."""
+    s = math.sqrt(min(1.0, 100.0 / max(ua + ub, 1e-9)))
+    s = min(1.0, max(MIN_PAIR_SPEED, s))
+    return (s, s)
 
 
 class Interference:
-    """Profiles and the colocation speed table (measured, with a fallback rule)."""
+    """Profiles and colocation speeds: measured pairs first, else ``law``."""
 
-    def __init__(self, profiles: dict[ProfileKey, Profile], pairs: dict[tuple[ProfileKey,
-                 ProfileKey], tuple[float, float]]) -> None:
+    def __init__(self, profiles: dict[ProfileKey, Profile],
+                 pairs: dict[tuple[ProfileKey, ProfileKey], tuple[float, float]],
+                 source: str = "table", law: PairLaw = sqrt_rule) -> None:
         self.profiles = profiles
         self._pairs = pairs
-
-    @classmethod
-    def load(cls, folder: str | Path | None = None) -> Interference:
-        """Read ``profiles.csv`` and ``colocation.csv`` (package data unless ``folder``)."""
-        return _load(str(folder) if folder is not None else "")
+        self.source = source
+        self.law = law
 
     def profile(self, key: ProfileKey | None) -> Profile | None:
         return None if key is None else self.profiles.get(key)
 
     def measured(self, a: ProfileKey, b: ProfileKey) -> bool:
         return (a, b) in self._pairs
+
+    @property
+    def n_pairs(self) -> int:
+        """Measured (unordered) pairs."""
+        return len({frozenset(k) for k in self._pairs})
 
     def pair_speeds(self, a: ProfileKey | None, b: ProfileKey | None) -> tuple[float, float]:
         """Colocated speeds ``(speed_a, speed_b)`` of two jobs sharing GPUs through MPS."""
@@ -88,75 +108,93 @@ class Interference:
         pa, pb = self.profile(a), self.profile(b)
         ua = pa.gpu_util if pa is not None else DEFAULT_UTIL
         ub = pb.gpu_util if pb is not None else DEFAULT_UTIL
-        s = math.sqrt(min(1.0, 100.0 / max(ua + ub, 1e-9)))
-        s = min(1.0, max(MIN_PAIR_SPEED, s))
-        return (s, s)
+        return self.law(ua, ub, a, b)
 
 
-@lru_cache(maxsize=4)
-def _load(folder: str) -> Interference:
-    prof_path = Path(folder) / "profiles.csv" if folder else _data_file("profiles.csv")
-    pair_path = Path(folder) / "colocation.csv" if folder else _data_file("colocation.csv")
-    profiles: dict[ProfileKey, Profile] = {}
-    with prof_path.open(newline="") as fh:
+def _key(row: dict[str, str], suffix: str = "") -> ProfileKey:
+    return (row[f"model{suffix}"], row[f"dataset{suffix}"], int(float(row[f"batchsize{suffix}"])),
+            int(float(row[f"amp{suffix}"])))
+
+
+def read_lucid_profiles(path: str | Path) -> dict[ProfileKey, Profile]:
+    """Profiles of Lucid's ``single_data.csv`` (``gmem`` MiB → ``memory_gib``)."""
+    out: dict[ProfileKey, Profile] = {}
+    with Path(path).open(newline="") as fh:
         for row in csv.DictReader(fh):
-            key = (row["model"], row["dataset"], int(row["batchsize"]), int(row["amp"]))
-            profiles[key] = Profile(
-                key, float(row["gpu_util"]), float(row["memory_gib"]), int(row["label"]),
+            key = _key(row)
+            out[key] = Profile(
+                key, float(row["gpu_util"]), float(row["gmem"]) / 1024.0, int(float(row["label"])),
                 float(row.get("speed") or math.nan), float(row.get("gmem_util") or math.nan),
             )
+    return out
+
+
+def read_lucid_pairs(path: str | Path) -> dict[tuple[ProfileKey, ProfileKey], tuple[float, float]]:
+    """Measured pairs of Lucid's ``colocate_info.csv``, both orders; repeated measurements of
+    a pair are averaged; speeds clipped to ``[0.3, 1.0]``."""
     sums: dict[tuple[ProfileKey, ProfileKey], list[float]] = {}
-    with pair_path.open(newline="") as fh:
+    with Path(path).open(newline="") as fh:
         for row in csv.DictReader(fh):
-            a = (row["model1"], row["dataset1"], int(row["batchsize1"]), int(row["amp1"]))
-            b = (row["model2"], row["dataset2"], int(row["batchsize2"]), int(row["amp2"]))
+            a, b = _key(row, "1"), _key(row, "2")
             s1, s2 = float(row["speed1"]), float(row["speed2"])
             for pair, x, y in (((a, b), s1, s2), ((b, a), s2, s1)):
                 acc = sums.setdefault(pair, [0.0, 0.0, 0.0])
                 acc[0] += x
                 acc[1] += y
                 acc[2] += 1
-    pairs = {
+    return {
         k: (min(1.0, max(MIN_PAIR_SPEED, v[0] / v[2])), min(1.0, max(MIN_PAIR_SPEED, v[1] / v[2])))
         for k, v in sums.items()
     }
-    return Interference(profiles, pairs)
 
 
-def derive_tables(lucid_dir: str | Path, out_dir: str | Path) -> tuple[int, int]:
-    """Rebuild ``profiles.csv`` and ``colocation.csv`` from Lucid's ``single_data.csv`` and
-    ``colocate_info.csv``. Returns the number of profiles and pairs written."""
-    src, dst = Path(lucid_dir), Path(out_dir)
-    dst.mkdir(parents=True, exist_ok=True)
-    n_prof = 0
-    with (src / "single_data.csv").open(newline="") as fh, (dst / "profiles.csv").open(
-        "w", newline=""
-    ) as out:
-        w = csv.writer(out, lineterminator="\n")
-        w.writerow(["model", "dataset", "batchsize", "amp", "gpu_util", "memory_gib", "label",
-                    "speed", "gmem_util"])
-        for row in csv.DictReader(fh):
-            w.writerow([
-                row["model"], row["dataset"], int(float(row["batchsize"])),
-                int(float(row["amp"])), round(float(row["gpu_util"]), 3),
-                round(float(row["gmem"]) / 1024.0, 3), int(float(row["label"])),
-                round(float(row["speed"]), 3), round(float(row["gmem_util"]), 3),
-            ])
-            n_prof += 1
-    n_pair = 0
-    with (src / "colocate_info.csv").open(newline="") as fh, (dst / "colocation.csv").open(
-        "w", newline=""
-    ) as out:
-        w = csv.writer(out, lineterminator="\n")
-        cols = ["model", "dataset", "batchsize", "amp"]
-        w.writerow([f"{c}{i}" for i in (1, 2) for c in cols] + ["speed1", "speed2"])
-        for row in csv.DictReader(fh):
-            w.writerow([
-                *(row[f"{c}1"] if c in ("model", "dataset") else int(float(row[f"{c}1"]))
-                  for c in cols),
-                *(row[f"{c}2"] if c in ("model", "dataset") else int(float(row[f"{c}2"]))
-                  for c in cols),
-                round(float(row["speed1"]), 4), round(float(row["speed2"]), 4),
-            ])
-            n_pair += 1
-    return n_prof, n_pair
+def is_lucid_dir(folder: str | Path | None) -> bool:
+    return folder is not None and all((Path(folder) / f).is_file() for f in LUCID_FILES)
+
+
+@lru_cache(maxsize=4)
+def _load_lucid(folder: str) -> Interference:
+    src = Path(folder)
+    return Interference(read_lucid_profiles(src / LUCID_FILES[0]),
+                        read_lucid_pairs(src / LUCID_FILES[1]), source=f"lucid:{folder}")
+
+
+def load_lucid(lucid_dir: str | Path) -> Interference:
+    """Lucid's profiles and measured pairs, read from ``lucid_dir`` (``single_data.csv``,
+    ``colocate_info.csv``); raises ``FileNotFoundError`` when either is missing."""
+    if not is_lucid_dir(lucid_dir):
+        raise FileNotFoundError(f"'{lucid_dir}' lacks {' or '.join(LUCID_FILES)}")
+    return _load_lucid(str(Path(lucid_dir).resolve()))
+
+
+def find_lucid_dir(trace_path: str | Path | None) -> Path | None:
+    """The Lucid folder for a trace file: ``lucid_venus/`` next to the trace's folder (the
+    traces path), else the default traces path's (:func:`optsched.traces.default_traces_dir`)."""
+    if trace_path is not None:
+        p = Path(trace_path)
+        for base in (p.parent, p.parent.parent):
+            if is_lucid_dir(base / LUCID_FOLDER):
+                return base / LUCID_FOLDER
+    root = default_traces_dir()
+    if root is not None and is_lucid_dir(root / LUCID_FOLDER):
+        return root / LUCID_FOLDER
+    return None
+
+
+def resolve_interference(trace_path: str | Path | None, lucid_dir: str | Path | None = None,
+                         ) -> Interference:
+    """The interference model of a replay: ``lucid_dir`` if given (must hold the two files),
+    else the Lucid folder found for ``trace_path`` (None = the synthetic mini trace, which
+    always uses the synthetic model), else the synthetic model, logged as a fallback."""
+    from optsched.sim.synthetic import synthetic_interference
+
+    if lucid_dir is not None:
+        return load_lucid(lucid_dir)
+    if trace_path is None:
+        return synthetic_interference()
+    found = find_lucid_dir(trace_path)
+    if found is not None:
+        return load_lucid(found)
+    log.warning("no %s/ folder found for '%s': using the synthetic interference model",
+                LUCID_FOLDER, trace_path)
+    return synthetic_interference()

@@ -40,11 +40,14 @@ class RunSpec:
     qos_delay_s: float = DEFAULT_QOS_DELAY_S
     guarantee: GuaranteeRule = field(default_factory=GuaranteeRule)
     max_jobs: int | None = None
+    lucid_dir: str | None = None
+    """Lucid's ``single_data.csv``/``colocate_info.csv`` folder (default: found on the traces
+    path; the mini trace always uses the synthetic model)."""
 
 
 def _trace_for(spec: RunSpec) -> Trace:
     return load_trace(spec.trace, qos_delay_s=spec.qos_delay_s, guarantee=spec.guarantee,
-                      max_jobs=spec.max_jobs)
+                      max_jobs=spec.max_jobs, lucid_dir=spec.lucid_dir)
 
 
 def run_one(spec: RunSpec, trace: Trace | None = None) -> EventLog:
@@ -121,11 +124,11 @@ def run_dir(out: str | Path, policy: str, seed: int) -> Path:
 
 
 def _run_and_save(spec: RunSpec, out: str | None) -> tuple[RunSpec, dict[str, float],
-                                                          dict[str, dict[str, float]]]:
+                                                          dict[str, dict[str, float]], str]:
     log = run_one(spec)
     if out is not None:
         save_log(log, run_dir(out, spec.policy, spec.seed))
-    return spec, summarize(log), per_tenant(log)
+    return spec, summarize(log), per_tenant(log), log.interference
 
 
 def run_many(
@@ -138,29 +141,34 @@ def run_many(
     """Run every spec (``workers`` processes) and return the summary (see :func:`summary`)."""
     specs = list(specs)
     results: list[tuple[RunSpec, dict[str, float], dict[str, dict[str, float]]]] = []
+    sources: set[str] = set()
     outs = str(out) if out is not None else None
     if workers <= 1:
         for s in specs:
-            r = _run_and_save(s, outs)
-            results.append(r)
+            spec, metrics, tenants, src = _run_and_save(s, outs)
+            sources.add(src)
+            results.append((spec, metrics, tenants))
             if on_done:
-                on_done(r[0], r[1])
+                on_done(spec, metrics)
     else:
         with ProcessPoolExecutor(max_workers=workers) as pool:
             futs = [pool.submit(_run_and_save, s, outs) for s in specs]
             for fut in as_completed(futs):
-                r = fut.result()
-                results.append(r)
+                spec, metrics, tenants, src = fut.result()
+                sources.add(src)
+                results.append((spec, metrics, tenants))
                 if on_done:
-                    on_done(r[0], r[1])
+                    on_done(spec, metrics)
     order = {(s.policy, s.seed): k for k, s in enumerate(specs)}
     results.sort(key=lambda r: order[(r[0].policy, r[0].seed)])
-    return summary(results)
+    return summary(results, interference=", ".join(sorted(sources)))
 
 
-def summary(results: list[tuple[RunSpec, dict[str, float], dict[str, dict[str, float]]]]
-            ) -> dict[str, Any]:
-    """``{"policies": {p: {key: {"mean", "per_seed"}}, ...}, "seeds": [...], ...}``."""
+def summary(results: list[tuple[RunSpec, dict[str, float], dict[str, dict[str, float]]]],
+            interference: str = "") -> dict[str, Any]:
+    """``{"policies": {p: {key: {"mean", "per_seed"}}, ...}, "seeds": [...], ...}``;
+    ``interference`` = where the colocation speeds came from (``"synthetic"`` or
+    ``"lucid:<folder>"``)."""
     by_policy: dict[str, list[tuple[RunSpec, dict[str, float], dict[str, dict[str, float]]]]]
     by_policy = {}
     for r in results:
@@ -176,6 +184,7 @@ def summary(results: list[tuple[RunSpec, dict[str, float], dict[str, dict[str, f
         seeds = [s.seed for s, _, _ in rs]
     out["seeds"] = seeds
     out["keys"] = list(SUMMARY_KEYS)
+    out["interference"] = interference
     if results:
         first = results[0][0]
         out["trace"] = first.trace

@@ -28,7 +28,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Literal
 
-from optsched.sim.profiles import Interference, ProfileKey
+from optsched.sim.profiles import Interference, ProfileKey, resolve_interference
+from optsched.sim.synthetic import synthetic_interference
 
 DEFAULT_QOS_DELAY_S = 1800.0
 """Default ``max_queue_delay_s`` of every tenant's guaranteed jobs."""
@@ -95,6 +96,13 @@ class Trace:
     nodes: tuple[NodeSpec, ...]
     t0_weekday: int = 0
     notes: tuple[str, ...] = field(default_factory=tuple)
+    interference: Interference | None = field(default=None, compare=False, repr=False)
+    """Profiles and colocation speeds of this replay (None: the synthetic model)."""
+
+    @property
+    def interference_source(self) -> str:
+        """``"lucid:<folder>"`` or ``"synthetic"``."""
+        return self.interference.source if self.interference is not None else "synthetic"
 
     def capacity(self) -> dict[str, int]:
         cap: dict[str, int] = defaultdict(int)
@@ -201,6 +209,7 @@ def read_venus(
     guarantee: GuaranteeRule | None = None,
     max_jobs: int | None = None,
     interference: Interference | None = None,
+    lucid_dir: str | Path | None = None,
 ) -> Trace:
     """Read a Helios/Lucid Venus job log (``job_id, user, vc, jobname, gpu_num, cpu_num,
     node_num, state, submit_time, duration, [dataset, model, batchsize, amp, ..., gmem]``).
@@ -210,9 +219,12 @@ def read_venus(
     no estimates). Leading anchor rows (more than 7 days before the next row) are dropped.
     Jobs of a VC missing from the config, and rows with ``gpu_num < 1``, are skipped (counted
     in ``Trace.notes``). ``max_jobs`` keeps the first jobs by submission (for quick runs).
+    Profiles and colocation speeds: ``interference`` if given, else
+    :func:`~optsched.sim.profiles.resolve_interference` (``lucid_dir``, else the Lucid folder
+    of the traces path, else the synthetic model).
     """
     p = Path(path)
-    prof = interference or Interference.load()
+    prof = interference or resolve_interference(p, lucid_dir)
     if vc_config is None:
         vc_config = _find_sibling(p, "lucid_venus/vc_config.csv") or _find_sibling(
             p, "vc_config.csv"
@@ -302,7 +314,8 @@ def read_venus(
         gpu_types=(GpuTypeSpec(gpu_type, gpu_memory_gib, True),),
         nodes=nodes,
         t0_weekday=t0.weekday(),
-        notes=tuple(notes),
+        notes=(*notes, f"interference: {prof.source}"),
+        interference=prof,
     )
 
 
@@ -425,8 +438,13 @@ def load_trace(
     max_jobs: int | None = None,
     vc_config: str | Path | None = None,
     estimates: str | Path | None = None,
+    lucid_dir: str | Path | None = None,
 ) -> Trace:
-    """Load ``mini`` (the shipped trace), a Venus job log or an openb pod list (by name)."""
+    """Load ``mini`` (the shipped trace), a Venus job log or an openb pod list (by name).
+
+    The mini trace always uses the synthetic interference model (its jobs name synthetic
+    profiles); a Venus log uses Lucid's measurements from ``lucid_dir`` or the traces path
+    when found (:func:`~optsched.sim.profiles.resolve_interference`)."""
     if str(spec) == MINI_TRACE:
         p = mini_trace_path()
         return read_venus(
@@ -436,6 +454,7 @@ def load_trace(
             qos_delay_s=qos_delay_s,
             guarantee=guarantee,
             max_jobs=max_jobs,
+            interference=synthetic_interference(),
         )
     p = Path(spec)
     if not p.exists():
@@ -449,6 +468,7 @@ def load_trace(
         qos_delay_s=qos_delay_s,
         guarantee=guarantee,
         max_jobs=max_jobs,
+        lucid_dir=lucid_dir,
     )
 
 

@@ -23,6 +23,13 @@ def make_trace(jobs: list[TraceJob], tenants: list[TenantSpec], gpus: int = 4,
     )
 
 
+@pytest.fixture(autouse=True)
+def _no_shared_traces(tmp_path_factory: pytest.TempPathFactory,
+                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests never read the real traces path: the default traces folder is an empty one."""
+    monkeypatch.setenv("OPTSCHED_TRACES", str(tmp_path_factory.mktemp("no_traces")))
+
+
 @pytest.fixture
 def three_jobs() -> Trace:
     jobs = [

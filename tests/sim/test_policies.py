@@ -74,6 +74,7 @@ def test_snapshot_features_and_estimates(mini: Trace) -> None:
         for key in ("user", "name", "model", "dataset", "batchsize", "amp", "cpu_num",
                     "node_num", "speed", "gpu_util", "gmem_util", "gmem"):
             assert key in f, key
+        assert str(f["model"]).startswith("synth-")  # the mini trace names no real profile
         assert j.runtime_s == truth[j.id].estimate_s  # the estimate, never the truth
         assert j.memory_gib is not None
     assert any("hist_user_n" in (j.features or {}) for j in pend)
