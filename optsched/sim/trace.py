@@ -20,6 +20,7 @@ import csv
 import gzip
 import heapq
 import io
+import logging
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
@@ -30,6 +31,8 @@ from typing import Literal
 
 from optsched.sim.profiles import Interference, ProfileKey, resolve_interference
 from optsched.sim.synthetic import synthetic_interference
+
+log = logging.getLogger("optsched.sim")
 
 DEFAULT_QOS_DELAY_S = 1800.0
 """Default ``max_queue_delay_s`` of every tenant's guaranteed jobs."""
@@ -446,6 +449,9 @@ def load_trace(
     profiles); a Venus log uses Lucid's measurements from ``lucid_dir`` or the traces path
     when found (:func:`~optsched.sim.profiles.resolve_interference`)."""
     if str(spec) == MINI_TRACE:
+        if lucid_dir is not None:
+            log.warning("the mini trace names synthetic profiles only: ignoring lucid_dir '%s' "
+                        "and using the synthetic interference model", lucid_dir)
         p = mini_trace_path()
         return read_venus(
             p,
