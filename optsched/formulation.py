@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from optsched.backends.base import SolveResult, SolveStatus
 from optsched.problem import LOAN_PENALTY, Assignment, EpochProblem
 
 BORROW_PENALTY = 1e-3
@@ -237,6 +238,29 @@ def to_assignment(m: LinearModel, p: EpochProblem, values: Sequence[float]) -> A
         if values[v] > 0.5:
             a.preempt.add(r)
     return a
+
+
+def solved(
+    m: LinearModel,
+    p: EpochProblem,
+    values: Sequence[float],
+    status: SolveStatus,
+    backend: str,
+    seconds: float,
+    bound: float | None,
+    detail: str,
+) -> SolveResult:
+    """A backend's solution vector as a :class:`SolveResult` (objective in original units)."""
+    a = to_assignment(m, p, values)
+    return SolveResult(
+        status=status,
+        backend=backend,
+        seconds=seconds,
+        assignment=a,
+        objective=a.objective(p),
+        bound=bound,
+        detail=f"{detail}; {m.n} vars, {len(m.rows)} rows",
+    )
 
 
 def from_assignment(m: LinearModel, p: EpochProblem, a: Assignment) -> list[int]:

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 from optsched.backends.base import SolveParams, SolveResult, SolveStatus
 from optsched.errors import NumericScaleWarning
-from optsched.formulation import build_model, from_assignment, is_feasible, to_assignment
+from optsched.formulation import build_model, from_assignment, is_feasible, solved
 from optsched.problem import Assignment, EpochProblem
 
 SCALE_TARGET = 1e6
@@ -121,13 +121,13 @@ class CpSatBackend:
         if status not in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE):
             return SolveResult(status, self.name, seconds, detail=solver.status_name(code))
         values = [solver.value(x) for x in xs]
-        a = to_assignment(lin, problem, values)
-        return SolveResult(
-            status=status,
-            backend=self.name,
-            seconds=seconds,
-            assignment=a,
-            objective=a.objective(problem),
-            bound=solver.best_objective_bound / scale,
-            detail=f"{solver.status_name(code)}; {lin.n} vars, {len(lin.rows)} rows",
+        return solved(
+            lin,
+            problem,
+            values,
+            status,
+            self.name,
+            seconds,
+            solver.best_objective_bound / scale,
+            solver.status_name(code),
         )

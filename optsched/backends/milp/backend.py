@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 from optsched.backends.base import SolveParams, SolveResult, SolveStatus
 from optsched.backends.milp.worker import ALLOWED_OPTIONS
-from optsched.formulation import build_model, from_assignment, is_feasible, to_assignment
+from optsched.formulation import build_model, from_assignment, is_feasible, solved
 from optsched.problem import Assignment, EpochProblem
 
 _LOCK = threading.Lock()
@@ -222,13 +222,6 @@ class MilpBackend:
         if payload["x"] is None or status not in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE):
             return SolveResult(status, self.name, seconds, detail=payload["model_status"])
         values = [round(v) for v in payload["x"]]
-        a = to_assignment(lin, problem, values)
-        return SolveResult(
-            status=status,
-            backend=self.name,
-            seconds=seconds,
-            assignment=a,
-            objective=a.objective(problem),
-            bound=payload["bound"],
-            detail=f"{payload['model_status']}; {lin.n} vars, {len(lin.rows)} rows",
+        return solved(
+            lin, problem, values, status, self.name, seconds, payload["bound"], payload["model_status"]
         )
