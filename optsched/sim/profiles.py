@@ -154,9 +154,10 @@ def is_lucid_dir(folder: str | Path | None) -> bool:
 
 @lru_cache(maxsize=4)
 def _load_lucid(folder: str) -> Interference:
+    # the source names the folder, not its absolute path (no machine paths in run logs)
     src = Path(folder)
     return Interference(read_lucid_profiles(src / LUCID_FILES[0]),
-                        read_lucid_pairs(src / LUCID_FILES[1]), source=f"lucid:{folder}")
+                        read_lucid_pairs(src / LUCID_FILES[1]), source=f"lucid:{src.name}")
 
 
 def load_lucid(lucid_dir: str | Path) -> Interference:
