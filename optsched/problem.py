@@ -175,7 +175,7 @@ def job_value(
         urg = min(4.0, wait_s / max(max_delay_s, 1.0))
     else:
         urg = min(6.0, wait_s / max(2.0 * max_delay_s, 1.0))
-    mult = 2.0 if guaranteed else 1.0
+    mult = GUARANTEED_MULT if guaranteed else 1.0
     return weight * gpus**GPU_EXPONENT * mult * (1.0 + urg) * (1.0 + _shortness(gpus * runtime_s))
 
 
@@ -187,10 +187,12 @@ def preemption_cost(weight: float, gpus: int, guaranteed: bool, lost_s: float, r
 
     .. math:: c_r = 7\, W_i\, g_r\, m_r\, (1 + \ell_r / 1800)\, (1 + 600 / (600 + \rho_r))
     """
-    mult = 2.0 if guaranteed else 1.0
+    mult = GUARANTEED_MULT if guaranteed else 1.0
     return 7.0 * weight * gpus * mult * (1.0 + lost_s / 1800.0) * (1.0 + 600.0 / (600.0 + remaining_s))
 
 
+GUARANTEED_MULT = 2.0
+"""Value of a guaranteed job relative to a best-effort one of the same size and wait."""
 GPU_EXPONENT = 0.5
 """How a job's value grows with its gang size (1: per GPU, 0: per job). 0.5 measured best:
 on the first 8,000 jobs of the imbalanced Venus surrogate (seed 0, HiGHS, 0.2 s per epoch)
