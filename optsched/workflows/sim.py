@@ -163,13 +163,8 @@ class Simulator:
         return self.pred.load_s(self.specs[model], self.cfg.loader, self.cfg.load_speedup)
 
     def _true_unit_s(self, u: Unit, gtype: str) -> float:
-        members = []
-        prev: str | None = None
-        for aid in u.activations:
-            a = self.act[(u.session, aid)]
-            members.append((a["input_tokens"], a["output_tokens"], prev is not None and prev in a["after"]))
-            prev = aid
-        base = unit_seconds(self.pred, self.specs[u.model], members, gtype)
+        """The predicted duration times the type's hidden factor and the unit's noise."""
+        base = self._pred_unit_s(u, gtype)
         key = f"{u.session}/{'+'.join(u.activations)}"
         if key not in self.unit_noise:
             self.unit_noise[key] = float(self.noise_rng.lognormal(0.0, self.cfg.unit_sigma))
