@@ -121,6 +121,23 @@ def _str(value: Value) -> str | None:
     return s if s else None
 
 
+RUNTIME_INPUT_KEYS: tuple[str, ...] = (
+    "user",
+    "name",
+    "gpu_type",
+    "model",
+    "dataset",
+    "gpu_milli",
+    "cpu_num",
+    "mem_gib",
+    "node_num",
+    "batchsize",
+    "amp",
+)
+"""The job-feature keys :func:`runtime_row` reads (besides the ``hist_*`` statistics); the
+trainer copies exactly these from its records, so train and serve rows agree."""
+
+
 def runtime_row(
     tenant: str,
     gpus: float,

@@ -32,6 +32,7 @@ from optsched.predict.features import (
     CATEGORICAL,
     FEATURES,
     PROFILE_COLUMNS,
+    RUNTIME_INPUT_KEYS,
     ProfileKey,
     Row,
     build_vocab,
@@ -163,22 +164,7 @@ def runtime_rows(records: Sequence[dict[str, Any]], window: int | None = None) -
         hist.observe(str(r["tenant"]), r["user"] or "", float(r["end_s"]), float(r["runtime_s"]))
     rows: list[Row] = []
     for r in records:
-        feats: dict[str, Any] = {
-            k: r.get(k)
-            for k in (
-                "user",
-                "name",
-                "gpu_type",
-                "model",
-                "dataset",
-                "gpu_milli",
-                "cpu_num",
-                "mem_gib",
-                "node_num",
-                "batchsize",
-                "amp",
-            )
-        }
+        feats: dict[str, Any] = {k: r.get(k) for k in RUNTIME_INPUT_KEYS}
         feats.update(hist.features_for(str(r["tenant"]), r["user"] or "", float(r["submit_s"])))
         est = r.get("estimate_s")
         rows.append(
