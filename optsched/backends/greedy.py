@@ -21,11 +21,9 @@ class _Ledger:
 
     def __init__(self, p: EpochProblem) -> None:
         self.p = p
-        nt = len(p.types)
         self.free = [p.capacity[t] - u for t, u in enumerate(p.used())]
         self.use = p.held(own_only=False)
         self.own = p.held(own_only=True)
-        self.nt = nt
 
     def pool(self, t: int) -> int:
         """Lendable idle quota minus current borrowing on type ``t``."""
