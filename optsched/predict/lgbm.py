@@ -9,9 +9,10 @@ optional: one whose folder is missing is replaced by the fallback rules of
 * memory: ``model:memory/<version>`` when the job carries its single-run profile in its
   features (``speed``, ``gpu_util``, ``gmem_util``, ``gmem`` in MiB, as the simulator and a
   profiling step provide): its measured memory times the pair margin; else the
-  snapshot's ``memory_gib`` (``estimate``); else, when the job names a ``model``,
-  ``model:memory/<version>`` from the booster times its (large) margin; else the full memory
-  of the largest allowed GPU (``default``). A prediction never exceeds that full memory;
+  snapshot's ``memory_gib`` (``estimate``); else ``model:memory/<version>`` from the booster
+  (on whatever workload features the job names, missing ones as missing values) times its
+  calibrated margin; else, with no memory booster, the full memory of the largest allowed GPU
+  (``default``). A prediction never exceeds that full memory;
 * pair speeds: ``model:interference/<version>`` when both jobs carry their profiles, else
   the fallback's pessimistic ``default``.
 
@@ -192,7 +193,10 @@ class LightGBMPredictor:
                 out[i] = (min(mib / 1024.0, _max_memory(state, job)), mb.source)
             elif job.memory_gib is not None:
                 out[i] = (job.memory_gib, "estimate")
-            elif mb is not None and feats.get("model") is not None:
+            elif mb is not None:
+                # the booster reads whatever of the workload's features the job carries (missing
+                # ones are LightGBM's missing values), so MPS fit uses a prediction, never the
+                # whole GPU, whenever the trained memory model is loaded
                 todo.append(i)
             else:
                 out[i] = (_max_memory(state, job), "default")
