@@ -1,87 +1,19 @@
-"""The ``optsched`` command.
+"""``optsched solve``, ``check``, ``schema``, ``generate`` and ``show-versions``: the engine.
 
-Exit codes: 0 success; 1 internal error (one line, or a traceback with ``--debug``), or a
-``check`` that found violations; 2 bad input (``error: <path>: <message>`` on stderr).
-Outputs are written atomically (temporary file, then rename), so a failed run leaves nothing
-half-written.
+Wire them into a Typer app with :func:`register`.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
-import os
-import sys
-import tempfile
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import typer
 
-from optsched.errors import BackendUnavailableError, OptschedError, SnapshotError
-
-app = typer.Typer(
-    name="optsched",
-    help="Optimization-based scheduling for shared GPU fleets.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-
-_DEBUG = {"on": False}
-
-PLUGINS: tuple[str, ...] = ("optsched.sim.cli", "optsched.predict.cli", "optsched.workflows.cli")
+from optsched.cli.common import emit, fail, read_text
 
 
-def fail(path: str, message: str) -> NoReturn:
-    """Report bad input and exit 2."""
-    text = f"{path}: {message}" if path else message
-    typer.echo(f"error: {text}", err=True)
-    raise typer.Exit(2)
-
-
-def read_text(source: str) -> str:
-    """Read a file, or standard input for ``-``."""
-    if source == "-":
-        return sys.stdin.read()
-    p = Path(source)
-    if not p.is_file():
-        fail("", f"cannot read '{source}': no such file")
-    try:
-        return p.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        fail("", f"cannot read '{source}': {exc}")
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file in the same folder, then rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def emit(text: str, out: Path | None) -> None:
-    if out is None:
-        typer.echo(text)
-    else:
-        write_atomic(out, text + "\n")
-
-
-@app.callback()
-def _main(
-    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks of internal errors.")] = False,
-) -> None:
-    _DEBUG["on"] = debug
-
-
-@app.command()
 def solve(
     snapshot: Annotated[str, typer.Argument(help="Snapshot JSON file, or - for stdin.")],
     out: Annotated[Path | None, typer.Option("-o", "--out", help="Write the decision here.")] = None,
@@ -146,7 +78,6 @@ def solve(
     emit(decision.model_dump_json(indent=1, exclude_none=True), out)
 
 
-@app.command()
 def check(
     snapshot: Annotated[str, typer.Argument(help="Snapshot JSON file.")],
     decision: Annotated[str, typer.Argument(help="Decision JSON file.")],
@@ -172,7 +103,6 @@ def check(
     typer.echo("ok: every invariant holds")
 
 
-@app.command()
 def schema(
     which: Annotated[str, typer.Argument(help="snapshot or decision")],
     out: Annotated[Path | None, typer.Option("-o", "--out")] = None,
@@ -188,7 +118,6 @@ def schema(
     emit(json.dumps(models[which].model_json_schema(), indent=1, sort_keys=True), out)
 
 
-@app.command()
 def generate(
     size: Annotated[str, typer.Option(help="tiny, venus or large")] = "tiny",
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
@@ -204,7 +133,6 @@ def generate(
     emit(json.dumps(gen(size, seed), indent=1), out)  # type: ignore[arg-type]
 
 
-@app.command("show-versions")
 def show_versions() -> None:
     """Versions of optsched and its solvers."""
     import importlib.metadata as md
@@ -219,45 +147,10 @@ def show_versions() -> None:
             typer.echo(f"{pkg} not installed")
 
 
-for _name in PLUGINS:
-    importlib.import_module(_name).register(app)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Entry point: maps errors to exit codes (2 bad input, 1 internal)."""
-    import warnings
-
-    def _show(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
-        typer.echo(f"warning: {message}", err=True)
-
-    warnings.showwarning = _show
-    try:
-        rc = app(args=argv, standalone_mode=False)
-    except SnapshotError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        return 2
-    except (BackendUnavailableError, OptschedError) as exc:
-        if _DEBUG["on"]:
-            raise
-        typer.echo(f"error: {exc}", err=True)
-        return 1
-    except typer.Exit as exc:
-        return int(exc.exit_code or 0)
-    except typer.Abort:
-        typer.echo("aborted", err=True)
-        return 1
-    except Exception as exc:
-        # click's own errors (usage errors exit 2) carry show() and exit_code
-        show, code = getattr(exc, "show", None), getattr(exc, "exit_code", None)
-        if callable(show) and isinstance(code, int):
-            show()
-            return code
-        if _DEBUG["on"]:
-            raise
-        typer.echo(f"error: internal error: {type(exc).__name__}: {exc}", err=True)
-        return 1
-    return rc if isinstance(rc, int) else 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+def register(app: typer.Typer) -> None:
+    """Add the engine's commands to ``app``."""
+    app.command()(solve)
+    app.command()(check)
+    app.command()(schema)
+    app.command()(generate)
+    app.command("show-versions")(show_versions)

@@ -9,21 +9,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    Progress,
-    SpinnerColumn,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-)
 
 from optsched.predict.datasets import RUNTIME_TRACES
-from optsched.traces import require_traces_dir
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress, TaskID
 
 TracesOpt = Annotated[
     Path | None,
@@ -34,6 +28,8 @@ SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of every random choic
 
 @contextmanager
 def _progress(total: int, console: Console) -> Iterator[Progress]:
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
     with Progress(
         SpinnerColumn(),
         TextColumn("{task.description}"),
@@ -47,6 +43,8 @@ def _progress(total: int, console: Console) -> Iterator[Progress]:
 
 
 def _traces(path: Path | None) -> Path:
+    from optsched.traces import require_traces_dir
+
     try:
         return require_traces_dir(path)
     except FileNotFoundError as exc:
@@ -63,6 +61,8 @@ def train_cmd(
     seed: SeedOpt = 0,
 ) -> None:
     """Retrain the runtime, memory and interference predictors into OUT/<predictor>/v1."""
+    from rich.console import Console
+
     from optsched.predict.train import train_models
 
     if runtime_trace not in RUNTIME_TRACES:
@@ -112,6 +112,8 @@ def evaluate_cmd(
     seed: SeedOpt = 0,
 ) -> None:
     """Score every predictor against its baselines; write OUT/metrics.json and PNG plots."""
+    from rich.console import Console
+
     from optsched.predict.evaluate import evaluate_all
 
     names = tuple(runtime_trace) if runtime_trace else tuple(RUNTIME_TRACES)

@@ -1,33 +1,36 @@
 """``optsched workflows ...`` commands: ``simulate``, ``sweep-load``, ``offline``, ``calibrate``.
 
-Wire with :func:`register` (adds the ``workflows`` sub-command to the main Typer app).
+Wire with :func:`register` (adds the ``workflows`` sub-command to the main Typer app). The
+planner, the simulator and the solvers are imported when a command runs.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from optsched.workflows.baselines import ALL_POLICIES
-from optsched.workflows.experiment import (
-    Experiment,
-    load_sweep,
-    run_experiment,
-    sweep_markdown,
-    write_outputs,
-)
-from optsched.workflows.planner import PlannerConfig
-from optsched.workflows.sim import SimConfig
-from optsched.workflows.workloads import ARRIVALS, SCENARIOS
+from optsched.workflows.names import ALL_POLICIES, ARRIVALS, SCENARIOS
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from optsched.workflows.experiment import Experiment
 
 app = typer.Typer(
     help="Multi-agent LLM workflow planning: simulate, compare, calibrate.", no_args_is_help=True
 )
-console = Console()
+
+
+@functools.cache
+def _console() -> Console:
+    from rich.console import Console
+
+    return Console()
 
 
 def register(main: typer.Typer) -> None:
@@ -67,6 +70,10 @@ def _experiment(
         raise typer.BadParameter(f"unknown arrivals '{arrivals}'; choose from {ARRIVALS}")
     if planner_time_s >= epoch_s:
         raise typer.BadParameter("--planner-time-s must be below --epoch-s")
+    from optsched.workflows.experiment import Experiment
+    from optsched.workflows.planner import PlannerConfig
+    from optsched.workflows.sim import SimConfig
+
     if arrivals == "azure-code":
         from optsched.traces import require_traces_dir
 
@@ -90,12 +97,14 @@ def _experiment(
 
 
 def _progress() -> Progress:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     return Progress(
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
-        console=console,
+        console=_console(),
     )
 
 
@@ -131,6 +140,8 @@ def simulate(
     window: int = WINDOW,
 ) -> None:
     """Simulate policies x seeds; write summary.json, summary.md and PNG plots to OUT."""
+    from optsched.workflows.experiment import run_experiment, write_outputs
+
     exp = _experiment(
         scenario,
         arrivals,
@@ -149,9 +160,9 @@ def simulate(
         task = prog.add_task("simulating", total=len(exp.policies) * len(exp.seeds))
         summary, results = run_experiment(exp, lambda msg: prog.update(task, advance=1, description=msg))
     paths = write_outputs(summary, results, out)
-    console.print((out / "summary.md").read_text())
+    _console().print((out / "summary.md").read_text())
     for p in paths:
-        console.print(f"wrote {p}")
+        _console().print(f"wrote {p}")
 
 
 @app.command("sweep-load")
@@ -171,6 +182,8 @@ def sweep_load(
     window: int = WINDOW,
 ) -> None:
     """The comparison at several model-loading times (sub-second to tens of seconds)."""
+    from optsched.workflows.experiment import load_sweep, sweep_markdown
+
     exp = _experiment(
         scenario,
         arrivals,
@@ -192,7 +205,7 @@ def sweep_load(
     out.mkdir(parents=True, exist_ok=True)
     (out / "load_sweep.json").write_text(json.dumps(sweep, indent=1) + "\n")
     (out / "load_sweep.md").write_text(sweep_markdown(sweep))
-    console.print(sweep_markdown(sweep))
+    _console().print(sweep_markdown(sweep))
 
 
 @app.command()
@@ -207,7 +220,7 @@ def offline(
     """Small noise-free cases: each policy's makespan against the CP-SAT offline optimum."""
     from optsched.workflows.baselines import get_policy
     from optsched.workflows.offline import offline_bound
-    from optsched.workflows.sim import Simulator
+    from optsched.workflows.sim import SimConfig, Simulator
     from optsched.workflows.workloads import arrivals as make_arrivals
     from optsched.workflows.workloads import make_sessions
 
@@ -215,14 +228,14 @@ def offline(
     cfg = SimConfig(
         type_sigma=0.0, unit_sigma=0.0, load_sigma=0.0, pool=(("h100", 1), ("a100", 1), ("l40s", 1))
     )
-    console.print("| seed | offline best | offline bound | " + " | ".join(names) + " |")
-    console.print("|---" * (3 + len(names)) + "|")
+    _console().print("| seed | offline best | offline bound | " + " | ".join(names) + " |")
+    _console().print("|---" * (3 + len(names)) + "|")
     for seed in _ints(seeds):
         ss = make_sessions(scenario, list(make_arrivals("bursty", sessions, window_s, seed)), seed)
         ob = offline_bound(ss, config=cfg, time_limit_s=time_limit_s, seed=seed)
         mks = [Simulator(ss, get_policy(n), name=n, seed=seed, config=cfg).run().makespan_s for n in names]
         cells = " | ".join(f"{m:.1f} ({m / ob.bound_s:.3f})" for m in mks)
-        console.print(f"| {seed} | {ob.makespan_s:.1f} | {ob.bound_s:.1f} | {cells} |")
+        _console().print(f"| {seed} | {ob.makespan_s:.1f} | {ob.bound_s:.1f} | {cells} |")
 
 
 @app.command()
@@ -238,5 +251,5 @@ def calibrate(
 
     table = fit(require_traces_dir(traces), seed=seed)
     write_table(table, out)
-    console.print_json(json.dumps(table["card"]))
-    console.print(f"wrote {out}")
+    _console().print_json(json.dumps(table["card"]))
+    _console().print(f"wrote {out}")

@@ -26,6 +26,7 @@ from dataclasses import replace
 from optsched.schema.decision import WorkflowPlan
 from optsched.state import ClusterState
 from optsched.workflows.greedy import OURS_GREEDY, ListPolicy, list_schedule
+from optsched.workflows.names import ALL_POLICIES
 from optsched.workflows.planner import PlannerConfig, plan_workflows
 from optsched.workflows.problem import build_problem
 
@@ -39,8 +40,6 @@ LIST_POLICIES: dict[str, ListPolicy] = {
     "autellix": ListPolicy("autellix", order="las", placement="eft", eviction="lru"),
     "greedy": OURS_GREEDY,
 }
-BASELINES = ("fcfs-lru", "heft", "peft", "sllm", "autellix")
-ALL_POLICIES = (*BASELINES, "greedy", "cpsat")
 
 
 def list_policy(policy: ListPolicy) -> Policy:

@@ -10,7 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from optsched.workflows.baselines import BASELINES, get_policy
+from optsched.workflows.baselines import get_policy
+from optsched.workflows.names import BASELINES
 from optsched.workflows.planner import PlannerConfig
 from optsched.workflows.sim import SimConfig, SimResult, Simulator
 from optsched.workflows.workloads import arrivals, make_sessions

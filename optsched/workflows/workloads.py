@@ -31,8 +31,7 @@ from typing import Any
 
 import numpy as np
 
-SCENARIOS = ("react", "mapreduce", "debate", "taskbench", "mixed")
-ARRIVALS = ("azure-code", "poisson", "bursty")
+from optsched.workflows.names import ARRIVALS, SCENARIOS
 
 
 @dataclass(frozen=True)

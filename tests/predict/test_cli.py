@@ -4,7 +4,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from optsched.predict.cli import register
+from optsched.cli.predictors import register
 from tests.predict.synth import write_traces
 
 pytest.importorskip("lightgbm")

@@ -10,7 +10,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from optsched.sim.cli import register
+from optsched.cli.simulate import register
 from optsched.sim.metrics import SUMMARY_KEYS, summarize
 from optsched.sim.runner import RunSpec, load_log, run_one, save_log
 from optsched.sim.trace import GuaranteeRule, read_openb, read_venus

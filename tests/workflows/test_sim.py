@@ -11,8 +11,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from optsched.cli.workflows import register
 from optsched.workflows.baselines import ALL_POLICIES, get_policy
-from optsched.workflows.cli import register
 from optsched.workflows.offline import offline_bound
 from optsched.workflows.planner import PlannerConfig
 from optsched.workflows.sim import SimConfig, Simulator

@@ -1,0 +1,12 @@
+"""The names the workflow commands offer, importable without numpy, networkx or a solver."""
+
+from __future__ import annotations
+
+SCENARIOS = ("react", "mapreduce", "debate", "taskbench", "mixed")
+"""Workflow shapes :func:`optsched.workflows.workloads.make_sessions` builds."""
+ARRIVALS = ("azure-code", "poisson", "bursty")
+"""Session arrival processes :func:`optsched.workflows.workloads.arrivals` draws."""
+BASELINES = ("fcfs-lru", "heft", "peft", "sllm", "autellix")
+"""The list-scheduling baselines of :mod:`optsched.workflows.baselines`."""
+ALL_POLICIES = (*BASELINES, "greedy", "cpsat")
+"""Every policy :func:`optsched.workflows.baselines.get_policy` knows."""
