@@ -9,21 +9,30 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from optsched.check import Violation, check_decision
 from optsched.errors import OptschedError, SnapshotError
-from optsched.schema import Decision, Snapshot
-from optsched.state import ClusterState, load_state, parse_snapshot
 
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from optsched.backends.base import SolveParams, SolveStatus
+    from optsched.check import Violation, check_decision
     from optsched.epoch import solve_epoch
+    from optsched.schema import Decision, Snapshot
+    from optsched.state import ClusterState, load_state, parse_snapshot
 
+# Loaded on first use, so ``import optsched`` (and the command line) stays cheap: no pydantic
+# models, networkx or solvers until a name below is asked for.
 _LAZY = {
-    "solve_epoch": "optsched.epoch",
+    "ClusterState": "optsched.state",
+    "Decision": "optsched.schema",
+    "Snapshot": "optsched.schema",
     "SolveParams": "optsched.backends.base",
     "SolveStatus": "optsched.backends.base",
+    "Violation": "optsched.check",
+    "check_decision": "optsched.check",
+    "load_state": "optsched.state",
+    "parse_snapshot": "optsched.state",
+    "solve_epoch": "optsched.epoch",
 }
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from optsched.sim.policies import POLICIES
+from optsched.sim.names import POLICIES
 from optsched.sim.trace import DEFAULT_QOS_DELAY_S
 
 if TYPE_CHECKING:

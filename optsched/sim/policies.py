@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 from optsched.predict.base import JobEstimate, PairEstimate, Predictions
 from optsched.schema.decision import Decision, Loan, Preempt, PreemptReason, SolverInfo, Start
 from optsched.schema.snapshot import GpuRef, Job, Snapshot
+from optsched.sim.names import POLICIES
 from optsched.sim.profiles import Interference
 from optsched.sim.synthetic import synthetic_interference
 
@@ -590,19 +591,6 @@ class OptschedPolicy:
             params = params.with_(backend=default_backend(snapshot))
         # the state is already validated: solve_epoch accepts it as is
         return solve_epoch(state, params=params, predictor=self.predictor)
-
-
-POLICIES: dict[str, str] = {
-    "fifo": "strict FIFO, pooled",
-    "sjf": "shortest estimated job first, backfill, pooled",
-    "qssf": "Helios QSSF: smallest estimated GPU-time first, pooled",
-    "tiresias": "Tiresias discretised 2D-LAS with preemption, pooled",
-    "kueue": "Kueue-like quota + borrowing + reclaim, no sharing",
-    "gandiva": "Gandiva-like greedy packer (sharing, no interference model)",
-    "lucid": "Lucid-like non-intrusive sharing (low sharing scores only)",
-    "optsched": "the optsched engine (solve_epoch)",
-}
-"""Every policy name, with a one-line description."""
 
 
 def make_policy(name: str, *, seed: int = 0, truth: GroundTruth | None = None,

@@ -13,6 +13,18 @@ Modules:
 
 from __future__ import annotations
 
-from optsched.workflows.check import check_workflow_plan
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from optsched.workflows.check import check_workflow_plan
+
+
+def __getattr__(name: str) -> Any:
+    # loaded on first use: ``import optsched.workflows.names`` (the command line) stays cheap
+    if name == "check_workflow_plan":
+        from optsched.workflows.check import check_workflow_plan
+
+        return check_workflow_plan
+    raise AttributeError(f"module 'optsched.workflows' has no attribute {name!r}")
 
 __all__ = ["check_workflow_plan"]

@@ -44,8 +44,6 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from ortools.sat.python import cp_model
-
 from optsched.schema.decision import WorkflowPlan
 from optsched.state import ClusterState
 from optsched.workflows.check import check_workflow_plan
@@ -173,6 +171,8 @@ def _solve_window(
     ``limit_s`` counts from the call: building the model uses part of it, the search the rest.
     """
     solve_deadline = time.monotonic() + limit_s
+    # imported here, inside the limit: a solve, not ``import optsched``, pays for loading OR-Tools
+    from ortools.sat.python import cp_model
     now = prob.now
     order = sorted(greedy.placed, key=lambda p: (p.start, p.dev))
     window: set[ActKey] = set()

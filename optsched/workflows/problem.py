@@ -12,8 +12,6 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-import networkx as nx
-
 from optsched.state import ClusterState, GpuKey
 from optsched.workflows.check import device_free_at, model_load_s
 from optsched.workflows.predictor import GIB_TO_GB, KV_RESERVE, ModelSpec, Predictor
@@ -230,6 +228,8 @@ def build_problem(
 
 def _forecast(prob: Problem, pred: Predictor) -> None:
     """DAG propagation: upward ranks, readiness forecast and future model demand."""
+    import networkx as nx
+
     gtypes = prob.gtypes
     graph: nx.DiGraph = nx.DiGraph()
     single_dur: dict[ActKey, float] = {}
