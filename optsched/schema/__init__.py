@@ -1,4 +1,4 @@
-"""Pydantic models of snapshot format 1 and its decision (``../spec/snapshot-format-1.md``)."""
+"""Pydantic models of snapshot format 1 and its decision (``docs/snapshot-format.md``)."""
 
 from optsched.schema.decision import (
     Decision,

@@ -1,9 +1,13 @@
 """The decision of one epoch (format 1).
 
-Additive fields (documented in ``docs/snapshot-additions.md``):
+What every field means, and the invariants a decision holds, are in ``docs/snapshot-format.md``;
+each field carries a description that becomes the JSON Schema of ``optsched schema decision``.
+
+Fields optsched adds to format 1 (see "Added fields" in ``docs/snapshot-format.md``):
 
 * ``Decision.queue_reasons``: why each queued job did not start (a :class:`QueueReason`).
 * ``SolverInfo.status_detail``, ``stage_seconds``, ``notes``, ``fallback_reason``.
+* ``JobPrediction.source``: where a prediction came from.
 * ``Unit.session`` and ``Unit.model`` in workflow plans.
 """
 
@@ -56,41 +60,63 @@ class QueueReason(StrEnum):
 class SolverInfo(_Strict):
     """How the decision was computed."""
 
-    backend: str
-    seconds: float
-    objective: float | None = None
-    bound: float | None = None
-    gap: float | None = None
-    status_detail: str | None = None
-    fallback_reason: str | None = None
-    stage_seconds: dict[str, float] = Field(default_factory=dict)
-    notes: list[str] = Field(default_factory=list)
+    backend: str = Field(description="The backend that produced the decision (cpsat, milp, greedy, ...).")
+    seconds: float = Field(description="Wall-clock seconds the whole decision took.")
+    objective: float | None = Field(
+        default=None, description="Objective value of the answer, if the backend has one."
+    )
+    bound: float | None = Field(default=None, description="Best proven bound on the objective, if known.")
+    gap: float | None = Field(default=None, description="Relative gap between objective and bound, if known.")
+    status_detail: str | None = Field(
+        default=None, description="The backend's own status text (added by optsched)."
+    )
+    fallback_reason: str | None = Field(
+        default=None,
+        description="Why a heuristic answered instead of the solver, when status is fallback "
+        "(added by optsched).",
+    )
+    stage_seconds: dict[str, float] = Field(
+        default_factory=dict, description="Seconds spent per pipeline stage (added by optsched)."
+    )
+    notes: list[str] = Field(
+        default_factory=list,
+        description="Warnings and remarks, one per line (added by optsched); use kept above quota "
+        "is announced here as `over-quota: tenant T keeps N 'TYPE' GPUs above quota with no lender "
+        "to cover them`.",
+    )
 
 
 class Start(_Strict):
     """Start a pending job now on these GPUs."""
 
-    job: str
-    allocation: list[GpuRef]
-    on_loan: bool = False
-    colocated_with: list[str] | None = None
+    job: str = Field(description="Id of a pending job.")
+    allocation: list[GpuRef] = Field(
+        description="The GPUs it gets: exactly its gang size, all of one allowed type."
+    )
+    on_loan: bool = Field(
+        default=False, description="It runs on capacity borrowed from another tenant, not on its own quota."
+    )
+    colocated_with: list[str] | None = Field(
+        default=None,
+        description="MPS guests only: the host job(s) whose GPUs it shares; a guest uses no quota.",
+    )
 
 
 class Preempt(_Strict):
     """Stop a running job."""
 
-    job: str
-    reason: PreemptReason
-    lost_s: float = Field(default=0.0, ge=0)
+    job: str = Field(description="Id of a running job.")
+    reason: PreemptReason = Field(description="Why it is stopped.")
+    lost_s: float = Field(default=0.0, ge=0, description="Seconds of work the stop costs (restart cost).")
 
 
 class Loan(_Strict):
     """Idle quota lent by one tenant to another, in force after this decision."""
 
-    lender: str
-    borrower: str
-    gpu_type: str
-    gpus: int = Field(ge=1)
+    lender: str = Field(description="Id of the tenant lending idle quota.")
+    borrower: str = Field(description="Id of the tenant using it.")
+    gpu_type: str = Field(description="The GPU type lent.")
+    gpus: int = Field(ge=1, description="Number of GPUs lent.")
 
 
 class JobPrediction(BaseModel):
@@ -98,54 +124,82 @@ class JobPrediction(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    runtime_s: float
-    memory_gib: float
-    source: str
+    runtime_s: float = Field(description="Predicted exclusive runtime, seconds.")
+    memory_gib: float = Field(description="Predicted peak GPU memory per GPU, GiB.")
+    source: str = Field(
+        description="Where the numbers came from: `model:...`, `estimate` (the job's own) or `default`."
+    )
 
 
 class Unit(_Strict):
     """One schedulable unit of a workflow plan: one activation or several fused."""
 
-    id: str
-    session: str
-    activations: list[str]
-    model: str
-    device: GpuRef
-    start_s: float
-    end_s: float
+    id: str = Field(description="Unique unit id.")
+    session: str = Field(description="The session of the unit's activations (added by optsched).")
+    activations: list[str] = Field(
+        description="Activation ids run by the unit: one, or several of the same model fused, in order."
+    )
+    model: str = Field(description="The model the activations run (added by optsched).")
+    device: GpuRef = Field(description="The pool GPU that runs the unit.")
+    start_s: float = Field(description="Planned start, seconds.")
+    end_s: float = Field(description="Planned end, seconds.")
 
 
 class ModelAction(_Strict):
     """Load or evict a model on a serving device."""
 
-    device: GpuRef
-    model: str
-    action: Literal["load", "evict"]
-    at_s: float
+    device: GpuRef = Field(description="The pool GPU.")
+    model: str = Field(description="The model to load or evict.")
+    action: Literal["load", "evict"] = Field(description="load or evict.")
+    at_s: float = Field(description="When the action starts, seconds.")
 
 
 class WorkflowPlan(_Strict):
     """The workflow part of a decision."""
 
-    units: list[Unit] = Field(default_factory=list)
-    model_actions: list[ModelAction] = Field(default_factory=list)
-    status: Literal["optimal", "feasible", "fallback"] | None = None
-    notes: list[str] = Field(default_factory=list)
+    units: list[Unit] = Field(default_factory=list, description="What runs where and when.")
+    model_actions: list[ModelAction] = Field(
+        default_factory=list, description="Model loads and evictions on pool GPUs."
+    )
+    status: Literal["optimal", "feasible", "fallback"] | None = Field(
+        default=None, description="How the plan was found, as for the decision's own status."
+    )
+    notes: list[str] = Field(default_factory=list, description="Warnings and remarks of the planner.")
 
 
 class Decision(_Strict):
     """The output of one scheduling epoch (format 1)."""
 
-    format: Literal[1] = 1
-    now: float
-    status: Literal["optimal", "feasible", "fallback"]
-    solver: SolverInfo
-    start: list[Start] = Field(default_factory=list)
-    preempt: list[Preempt] = Field(default_factory=list)
-    queue: list[str] = Field(default_factory=list)
-    queue_reasons: dict[str, QueueReason] = Field(default_factory=dict)
-    loans: list[Loan] = Field(default_factory=list)
-    assurance: dict[str, float] = Field(default_factory=dict)
-    assurance_state: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    predictions: dict[str, JobPrediction] | None = None
-    workflow_plan: WorkflowPlan | None = None
+    format: Literal[1] = Field(default=1, description="Format version, 1.")
+    now: float = Field(description="The snapshot's `now`, echoed.")
+    status: Literal["optimal", "feasible", "fallback"] = Field(
+        description="optimal or feasible: the solver's answer; fallback: the solver gave nothing "
+        "usable in time and a heuristic answered."
+    )
+    solver: SolverInfo = Field(
+        description="Which backend answered, how long it took and how good the answer is."
+    )
+    start: list[Start] = Field(default_factory=list, description="Pending jobs to start now.")
+    preempt: list[Preempt] = Field(default_factory=list, description="Running jobs to stop now.")
+    queue: list[str] = Field(
+        default_factory=list, description="Every pending job not started, highest priority first."
+    )
+    queue_reasons: dict[str, QueueReason] = Field(
+        default_factory=dict, description="Why each queued job did not start (added by optsched)."
+    )
+    loans: list[Loan] = Field(
+        default_factory=list, description="Idle quota lent between tenants, in force after this decision."
+    )
+    assurance: dict[str, float] = Field(
+        default_factory=dict,
+        description="Assurance signal per tenant after this epoch, 0..1 (1 = fully assured).",
+    )
+    assurance_state: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="Opaque per-tenant state to feed back in the next snapshot."
+    )
+    predictions: dict[str, JobPrediction] | None = Field(
+        default=None, description="What the predictors said per job, for explanation."
+    )
+    workflow_plan: WorkflowPlan | None = Field(
+        default=None, description="The plan for the snapshot's workflow sessions, if it has any."
+    )

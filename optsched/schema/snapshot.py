@@ -1,10 +1,11 @@
 """Snapshot format 1: the input of one scheduling epoch.
 
-The semantics live in the spec (``snapshot-format-1.md``); these models check the shape and
-ranges of every field. Cross-references (unknown tenant, duplicated ids, ...) are checked in
-:func:`optsched.state.ClusterState.from_snapshot`.
+What every field means, and the invariants a decision holds, are in ``docs/snapshot-format.md``;
+these models check the shape and ranges of every field and carry a description of each (they
+become the JSON Schema of ``optsched schema snapshot``). Cross-references (unknown tenant,
+duplicated ids, ...) are checked in :func:`optsched.state.ClusterState.from_snapshot`.
 
-Additive fields (documented in ``docs/snapshot-additions.md``):
+Fields optsched adds to format 1 (see "Added fields" in ``docs/snapshot-format.md``):
 
 * ``Job.guest_of`` (running jobs): the host job whose GPUs this MPS guest shares.
 * ``Model.params_b`` (workflows): parameter count in billions, for the roofline predictor.
@@ -27,43 +28,81 @@ class _Strict(BaseModel):
 class GpuType(_Strict):
     """One GPU model in the fleet."""
 
-    memory_gib: float = Field(gt=0, allow_inf_nan=False)
-    mps: bool = False
-    speed: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    memory_gib: float = Field(gt=0, allow_inf_nan=False, description="Memory of one GPU, GiB.")
+    mps: bool = Field(
+        default=False,
+        description="Whether two shareable jobs may share one GPU of this type through NVIDIA MPS.",
+    )
+    speed: float = Field(
+        default=1.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="Throughput relative to the reference GPU (1.0); 2.0 runs a job twice as fast.",
+    )
 
 
 class Node(_Strict):
     """A machine with ``gpus`` identical GPUs of one type."""
 
-    id: str = Field(min_length=1)
-    gpu_type: str
-    gpus: int = Field(ge=1)
-    available: bool = True
+    id: str = Field(min_length=1, description="Unique node id.")
+    gpu_type: str = Field(description="The type of all GPUs of the node (a key of `gpu_types`).")
+    gpus: int = Field(ge=1, description="Number of GPUs on the node; they are indexed 0..gpus-1.")
+    available: bool = Field(
+        default=True,
+        description="False when the node is drained or failed: nothing runs or starts on it.",
+    )
 
 
 class TenantQos(_Strict):
     """Queueing-delay target of a tenant's guaranteed jobs."""
 
-    max_queue_delay_s: float = Field(ge=0, allow_inf_nan=False)
-    target: float = Field(default=0.95, ge=0, le=1)
+    max_queue_delay_s: float = Field(
+        ge=0,
+        allow_inf_nan=False,
+        description="Longest queueing delay, seconds, the tenant accepts for its guaranteed jobs.",
+    )
+    target: float = Field(
+        default=0.95,
+        ge=0,
+        le=1,
+        description="Fraction of the tenant's guaranteed jobs that must start within max_queue_delay_s.",
+    )
 
 
 class Tenant(_Strict):
     """A tenant with guaranteed quota per GPU type."""
 
-    id: str = Field(min_length=1)
-    quota: dict[str, NonNegativeInt] = Field(default_factory=dict)
-    borrow_limit: dict[str, NonNegativeInt] | None = None
-    lend_limit: dict[str, NonNegativeInt] | None = None
-    qos: TenantQos | None = None
-    weight: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    id: str = Field(min_length=1, description="Unique tenant id.")
+    quota: dict[str, NonNegativeInt] = Field(
+        default_factory=dict,
+        description="Guaranteed GPUs per GPU type; a type not listed has quota 0.",
+    )
+    borrow_limit: dict[str, NonNegativeInt] | None = Field(
+        default=None,
+        description="Most GPUs per type the tenant may borrow above its quota; null, or a type not "
+        "listed, means no limit beyond what others lend.",
+    )
+    lend_limit: dict[str, NonNegativeInt] | None = Field(
+        default=None,
+        description="Most GPUs per type of its idle quota the tenant may lend; null, or a type not "
+        "listed, means all of its idle quota.",
+    )
+    qos: TenantQos | None = Field(
+        default=None, description="Queueing-delay target of the tenant's guaranteed jobs, if any."
+    )
+    weight: float = Field(
+        default=1.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="Share weight of the tenant against the others (1.0 = an equal share).",
+    )
 
 
 class GpuRef(_Strict):
     """One GPU: the node id and the index of the GPU on that node."""
 
-    node: str
-    gpu: int = Field(ge=0)
+    node: str = Field(description="Node id.")
+    gpu: int = Field(ge=0, description="Index of the GPU on the node, from 0.")
 
     def key(self) -> tuple[str, int]:
         return (self.node, self.gpu)
@@ -72,24 +111,69 @@ class GpuRef(_Strict):
 class Job(_Strict):
     """A pending or running GPU job (training or batch work)."""
 
-    id: str = Field(min_length=1)
-    tenant: str
-    qos: Literal["guaranteed", "best_effort"]
-    gpus: int = Field(ge=1)
-    gpu_types: list[str] | None = None
-    submit_s: float = Field(allow_inf_nan=False)
-    state: Literal["pending", "running"]
-    allocation: list[GpuRef] | None = None
-    start_s: float | None = Field(default=None, allow_inf_nan=False)
-    on_loan: bool = False
-    colocated: bool = False
-    guest_of: str | None = None
-    runtime_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    memory_gib: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    shareable: bool | None = None
-    preemptible: bool | None = None
-    restart_cost_s: float = Field(default=0.0, ge=0, allow_inf_nan=False)
-    features: dict[str, FeatureValue] | None = None
+    id: str = Field(min_length=1, description="Unique job id.")
+    tenant: str = Field(description="Id of the tenant that owns the job.")
+    qos: Literal["guaranteed", "best_effort"] = Field(
+        description="guaranteed: inside its tenant's quota it is never preempted for another "
+        "tenant; best_effort: may be preempted and colocated by default."
+    )
+    gpus: int = Field(
+        ge=1, description="Gang size: the job starts on exactly this many GPUs at once, or not at all."
+    )
+    gpu_types: list[str] | None = Field(
+        default=None, description="GPU types the job may run on; null means any type."
+    )
+    submit_s: float = Field(allow_inf_nan=False, description="Submission time, seconds; not after `now`.")
+    state: Literal["pending", "running"] = Field(description="pending (waiting) or running.")
+    allocation: list[GpuRef] | None = Field(
+        default=None,
+        description="Running jobs only: the GPUs the job holds, exactly `gpus` of them, all of one type.",
+    )
+    start_s: float | None = Field(
+        default=None, allow_inf_nan=False, description="Running jobs only: when the job started, seconds."
+    )
+    on_loan: bool = Field(
+        default=False,
+        description="Running jobs only: the job runs on capacity another tenant lends (as the last "
+        "decision said); it may always be reclaimed.",
+    )
+    colocated: bool = Field(
+        default=False,
+        description="Running jobs only: the job shares its GPUs with another job through MPS.",
+    )
+    guest_of: str | None = Field(
+        default=None,
+        description="Running MPS guests only (added by optsched): the host job whose GPUs it shares. "
+        "When unset, the earlier-started job of a colocated pair is the host.",
+    )
+    runtime_s: float | None = Field(
+        default=None,
+        gt=0,
+        allow_inf_nan=False,
+        description="Runtime estimate given by the user or trace, seconds, if any (not the truth).",
+    )
+    memory_gib: float | None = Field(
+        default=None, gt=0, allow_inf_nan=False, description="Peak GPU memory per GPU, GiB, if known."
+    )
+    shareable: bool | None = Field(
+        default=None,
+        description="May be colocated with another job through MPS; null means true for best_effort "
+        "and false for guaranteed.",
+    )
+    preemptible: bool | None = Field(
+        default=None,
+        description="May be stopped to make room; null means true for best_effort and false for guaranteed.",
+    )
+    restart_cost_s: float = Field(
+        default=0.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="Seconds of work lost plus restart overhead if the job is preempted now.",
+    )
+    features: dict[str, FeatureValue] | None = Field(
+        default=None,
+        description="Free-form inputs for the predictors (user, job name, ...), string or number values.",
+    )
 
     @property
     def is_shareable(self) -> bool:
@@ -109,18 +193,32 @@ class Job(_Strict):
 class Model(_Strict):
     """An LLM served by the workflow pool."""
 
-    memory_gib: float = Field(gt=0, allow_inf_nan=False)
-    load_s: dict[str, float] | None = None
-    params_b: float | None = Field(default=None, gt=0)
+    memory_gib: float = Field(
+        gt=0, allow_inf_nan=False, description="GPU memory the loaded model takes, GiB."
+    )
+    load_s: dict[str, float] | None = Field(
+        default=None, description="Measured seconds to load the model onto one GPU, per GPU type."
+    )
+    params_b: float | None = Field(
+        default=None,
+        gt=0,
+        description="Parameter count in billions (added by optsched, for the roofline predictor).",
+    )
 
 
 class Device(_Strict):
     """One GPU of the workflow serving pool."""
 
-    node: str
-    gpu: int = Field(ge=0)
-    resident: list[str] = Field(default_factory=list)
-    busy_until_s: float = Field(default=0.0, allow_inf_nan=False)
+    node: str = Field(description="Node id of the pool GPU.")
+    gpu: int = Field(ge=0, description="Index of the GPU on the node, from 0.")
+    resident: list[str] = Field(
+        default_factory=list, description="Models loaded on the GPU now (keys of `workflows.models`)."
+    )
+    busy_until_s: float = Field(
+        default=0.0,
+        allow_inf_nan=False,
+        description="When the GPU finishes the activation it runs now, seconds (ignored if in the past).",
+    )
 
     def key(self) -> tuple[str, int]:
         return (self.node, self.gpu)
@@ -129,53 +227,91 @@ class Device(_Strict):
 class Activation(_Strict):
     """One LLM call of an agent workflow."""
 
-    id: str = Field(min_length=1)
-    model: str
-    input_tokens: int = Field(ge=0)
-    output_tokens: int = Field(ge=0)
-    after: list[str] = Field(default_factory=list)
-    state: Literal["pending", "running", "done"] = "pending"
-    device: GpuRef | None = None
-    start_s: float | None = Field(default=None, allow_inf_nan=False)
+    id: str = Field(min_length=1, description="Activation id, unique within its session.")
+    model: str = Field(description="The model the call runs (a key of `workflows.models`).")
+    input_tokens: int = Field(ge=0, description="Prompt tokens of the call.")
+    output_tokens: int = Field(ge=0, description="Tokens the call generates.")
+    after: list[str] = Field(
+        default_factory=list,
+        description="Ids of activations of the same session that must finish before this one starts.",
+    )
+    state: Literal["pending", "running", "done"] = Field(
+        default="pending", description="pending, running or done."
+    )
+    device: GpuRef | None = Field(
+        default=None, description="Running activations only: the pool GPU it runs on."
+    )
+    start_s: float | None = Field(
+        default=None, allow_inf_nan=False, description="Running activations only: when it started, seconds."
+    )
 
 
 class Session(_Strict):
     """A multi-agent workflow session: a DAG of activations."""
 
-    id: str = Field(min_length=1)
-    tenant: str
-    arrival_s: float = Field(allow_inf_nan=False)
-    activations: list[Activation]
+    id: str = Field(min_length=1, description="Unique session id.")
+    tenant: str = Field(description="Id of the tenant that owns the session.")
+    arrival_s: float = Field(
+        allow_inf_nan=False, description="When the session arrived, seconds; not after `now`."
+    )
+    activations: list[Activation] = Field(description="The LLM calls of the session and their dependencies.")
 
 
 class Workflows(_Strict):
     """The workflow part of a snapshot."""
 
-    models: dict[str, Model] = Field(default_factory=dict)
-    pool: list[Device] = Field(default_factory=list)
-    sessions: list[Session] = Field(default_factory=list)
+    models: dict[str, Model] = Field(
+        default_factory=dict, description="The models the pool can serve, by name."
+    )
+    pool: list[Device] = Field(
+        default_factory=list,
+        description="The GPUs that serve workflows only: no cluster job runs on them and they count "
+        "in no tenant's quota.",
+    )
+    sessions: list[Session] = Field(default_factory=list, description="Workflow sessions with work left.")
 
 
 class Options(_Strict):
     """Solver options carried by the snapshot."""
 
-    time_limit_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    backend: Literal["cpsat", "milp", "greedy"] | None = None
-    seed: int | None = Field(default=None, ge=0)
-    num_workers: int | None = Field(default=None, ge=1)
-    extra: dict[str, Any] | None = None
+    time_limit_s: float | None = Field(
+        default=None,
+        gt=0,
+        allow_inf_nan=False,
+        description="Wall-clock seconds the whole decision may take (default 1).",
+    )
+    backend: Literal["cpsat", "milp", "greedy"] | None = Field(
+        default=None, description="Solver backend; null lets the engine choose."
+    )
+    seed: int | None = Field(default=None, ge=0, description="Random seed of the solver.")
+    num_workers: int | None = Field(default=None, ge=1, description="Solver threads (added by optsched).")
+    extra: dict[str, Any] | None = Field(
+        default=None,
+        description="Backend-specific native solver parameters, from an allow-list (added by optsched).",
+    )
 
 
 class Snapshot(_Strict):
     """The input of one scheduling epoch (format 1)."""
 
-    format: Literal[1]
-    now: float = Field(allow_inf_nan=False)
-    epoch_s: float = Field(default=60.0, gt=0, allow_inf_nan=False)
-    gpu_types: dict[str, GpuType]
-    nodes: list[Node]
-    tenants: list[Tenant]
-    jobs: list[Job] = Field(default_factory=list)
-    workflows: Workflows | None = None
-    assurance_state: dict[str, dict[str, Any]] | None = None
-    options: Options | None = None
+    format: Literal[1] = Field(description="Format version; only 1 is read.")
+    now: float = Field(allow_inf_nan=False, description="The clock at the start of this epoch, seconds.")
+    epoch_s: float = Field(
+        default=60.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="Seconds until the next decision: the horizon this decision plans for.",
+    )
+    gpu_types: dict[str, GpuType] = Field(description="The GPU types of the fleet, by name.")
+    nodes: list[Node] = Field(description="The machines of the fleet.")
+    tenants: list[Tenant] = Field(description="The tenants sharing the fleet.")
+    jobs: list[Job] = Field(default_factory=list, description="Pending and running GPU jobs.")
+    workflows: Workflows | None = Field(
+        default=None, description="Multi-agent workflow sessions on a serving pool, if any."
+    )
+    assurance_state: dict[str, dict[str, Any]] | None = Field(
+        default=None,
+        description="The previous decision's `assurance_state`, fed back unchanged; absent on the "
+        "first epoch.",
+    )
+    options: Options | None = Field(default=None, description="Solver options for this epoch.")
