@@ -4,6 +4,13 @@ The worker (``worker.py``, a separate interpreter speaking length-prefixed pickl
 stdin/stdout) is started once per Python process and reused; a solve that runs past the
 deadline is abandoned by killing the worker (a fresh one starts on the next call), so
 ``time_limit_s`` holds even when HiGHS overshoots its own limit.
+
+Determinism: the search runs in one thread with ``random_seed = params.seed`` and stops on a
+deterministic work budget, ``params.work_s`` nominal seconds (when the caller gives none,
+``time_limit_s / WALL_SAFETY``), counted by the worker's :class:`WorkMeter`. The same problem
+and parameters then give the same answer from a fresh or a warm process, on an idle or a loaded
+machine. The wall clock (HiGHS's ``time_limit``, then killing the worker) is only a safety net;
+when it ends the search the result's ``detail`` says ``wall-clock limit hit``.
 """
 
 from __future__ import annotations
@@ -21,12 +28,15 @@ import time
 from typing import Any, ClassVar
 
 from optsched.backends.base import SolveParams, SolveResult, SolveStatus
-from optsched.backends.milp.worker import ALLOWED_OPTIONS
+from optsched.backends.milp.worker import ALLOWED_OPTIONS, ROOT_CHECKS_PER_S, TREE_CHECKS_PER_S
 from optsched.formulation import build_model, from_assignment, is_feasible, solved
 from optsched.problem import Assignment, EpochProblem
 
 _LOCK = threading.Lock()
 KILL_GRACE_S = 0.05
+WALL_SAFETY = 1.5
+"""Without ``params.work_s``, the work budget is the wall-clock limit divided by this."""
+WALL_CLOCK_HIT = "wall-clock limit hit"
 
 
 class Channel:
@@ -160,6 +170,28 @@ def warm_up(wait: bool = True) -> None:
             _wait_ready(conn, 30.0)
 
 
+def work_s(params: SolveParams) -> float:
+    """The deterministic work budget in nominal seconds (see ``worker.WorkMeter``)."""
+    if params.work_s is not None:
+        return max(0.0, params.work_s)
+    return params.time_limit_s / WALL_SAFETY
+
+
+def describe_stop(payload: dict[str, Any]) -> str:
+    """What ended the search, for ``SolveResult.detail``."""
+    status = str(payload["model_status"])
+    if payload.get("stop") == "wall_clock":
+        return f"{status} ({WALL_CLOCK_HIT})"
+    if payload.get("stop") == "work":
+        root, tree = payload["checks"]
+        return (
+            f"stopped at the deterministic work limit ({payload['work_s']:.3f} nominal s: "
+            f"{root} root + {tree} tree checks at {ROOT_CHECKS_PER_S:g}/{TREE_CHECKS_PER_S:g} per s, "
+            f"{payload['nodes']} nodes)"
+        )
+    return status
+
+
 class MilpBackend:
     name: ClassVar[str] = "milp"
 
@@ -191,8 +223,8 @@ class MilpBackend:
             "rows": [(r.lo, r.hi, list(r.coefs), list(r.coefs.values())) for r in lin.rows],
             "start": start,
             "seed": params.seed,
-            "threads": max(1, params.num_workers),
             "options": dict(params.extra),
+            "work_s": work_s(params),
         }
         with _LOCK:
             _, conn = _worker()
@@ -212,16 +244,15 @@ class MilpBackend:
                     SolveStatus.NO_SOLUTION,
                     self.name,
                     time.monotonic() - t0,
-                    detail="abandoned at the deadline (HiGHS overshot its limit)",
+                    detail=f"abandoned at the deadline: {WALL_CLOCK_HIT} (HiGHS overshot its limit)",
                 )
             kind, payload = conn.recv()
         seconds = time.monotonic() - t0
         if kind != "ok":
             return SolveResult(SolveStatus.ERROR, self.name, seconds, detail=str(payload))
         status = map_status(payload["model_status"], payload["x"] is not None)
+        detail = describe_stop(payload)
         if payload["x"] is None or status not in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE):
-            return SolveResult(status, self.name, seconds, detail=payload["model_status"])
+            return SolveResult(status, self.name, seconds, detail=detail)
         values = [round(v) for v in payload["x"]]
-        return solved(
-            lin, problem, values, status, self.name, seconds, payload["bound"], payload["model_status"]
-        )
+        return solved(lin, problem, values, status, self.name, seconds, payload["bound"], detail)

@@ -4,11 +4,22 @@ Two reasons for a separate process: OR-Tools and highspy each bundle HiGHS, and 
 into one interpreter fails with undefined symbols; and HiGHS can overshoot its time limit, so
 the engine must be able to abandon (kill) a solve at the deadline. This module imports only
 numpy and highspy.
+
+Determinism: HiGHS's MIP search is deterministic with one thread and a fixed seed as long as
+it stops on something other than time. HiGHS 1.15 has no global work limit (``mip_max_nodes``
+cannot stop the root node, which takes most of a second at Venus size), so the work is counted
+here: HiGHS calls the MIP interrupt callback at fixed points of its search (its limit checks),
+and :class:`WorkMeter` turns the count into nominal seconds with two calibrated rates, one for
+checks during the root node (slow: cuts and sub-MIP heuristics in between) and one for checks
+in the branch-and-bound tree, and interrupts the search when the budget is spent. The count and
+the node number do not depend on the machine's load, so neither does the answer. HiGHS's own
+``time_limit`` is only a safety net; ``stop`` in the reply says which limit ended the search.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 ALLOWED_OPTIONS = {
@@ -17,9 +28,45 @@ ALLOWED_OPTIONS = {
     "presolve",
     "mip_heuristic_effort",
     "mip_detect_symmetry",
-    "parallel",
+    "mip_max_nodes",
     "simplex_strategy",
 }
+"""Native HiGHS options a preset's ``[extra]`` may set. ``threads``, ``parallel``,
+``random_seed`` and ``time_limit`` are not among them: the backend fixes them."""
+
+ROOT_CHECKS_PER_S = 35.0
+"""HiGHS limit checks per nominal second while the root node is processed."""
+TREE_CHECKS_PER_S = 700.0
+"""HiGHS limit checks per nominal second in the branch-and-bound tree.
+
+Both rates are the slowest seen on an idle 2-core machine of the kind the engine runs on
+(HiGHS 1.15.1, one thread), over the Venus-size snapshots of ``optsched generate --size venus
+--seed 0..5`` (root: 36-90 checks/s, tree: 730-1900 checks/s), so a budget of ``w`` nominal
+seconds takes at most about ``w`` wall seconds there, plus one gap between two checks (up to
+0.25 s at the root, where sub-MIP heuristics run without checks)."""
+
+
+@dataclass
+class WorkMeter:
+    """Deterministic work in nominal seconds, from the count of HiGHS's limit checks."""
+
+    budget_s: float
+    root_rate: float = ROOT_CHECKS_PER_S
+    tree_rate: float = TREE_CHECKS_PER_S
+    root_checks: int = 0
+    tree_checks: int = 0
+
+    @property
+    def spent_s(self) -> float:
+        return self.root_checks / self.root_rate + self.tree_checks / self.tree_rate
+
+    def check(self, nodes: int) -> bool:
+        """Count one check at ``nodes`` processed nodes; ``True`` once the budget is spent."""
+        if nodes == 0:
+            self.root_checks += 1
+        else:
+            self.tree_checks += 1
+        return self.spent_s >= self.budget_s
 
 
 def solve_arrays(job: dict[str, Any]) -> dict[str, Any]:
@@ -31,7 +78,8 @@ def solve_arrays(job: dict[str, Any]) -> dict[str, Any]:
     h.setOptionValue("output_flag", False)
     h.setOptionValue("time_limit", float(job["time_limit_s"]))
     h.setOptionValue("random_seed", int(job["seed"]))
-    h.setOptionValue("threads", int(job["threads"]))
+    h.setOptionValue("threads", 1)
+    h.setOptionValue("parallel", "off")
     h.setOptionValue("mip_rel_gap", 1e-4)
     for key, value in job["options"].items():
         h.setOptionValue(key, value)
@@ -54,15 +102,35 @@ def solve_arrays(job: dict[str, Any]) -> dict[str, Any]:
         sol.col_value = [float(v) for v in job["start"]]
         sol.value_valid = True
         h.setSolution(sol)
+    meter = None
+    if job.get("work_s") is not None:
+        meter = WorkMeter(float(job["work_s"]))
+        m = meter
+
+        def on_check(event: Any) -> None:
+            if m.check(int(event.data_out.mip_node_count)):
+                event.interrupt()
+
+        h.cbMipInterrupt.subscribe(on_check)
     h.run()
     model_status = h.modelStatusToString(h.getModelStatus())
     info = h.getInfo()
     has_sol = info.primal_solution_status == 2  # kSolutionStatusFeasible
+    if model_status == "Time limit reached":
+        stop = "wall_clock"
+    elif model_status == "Interrupted by user":
+        stop = "work"
+    else:
+        stop = model_status
     return {
         "model_status": model_status,
+        "stop": stop,
         "x": list(h.getSolution().col_value) if has_sol else None,
         "objective": -info.objective_function_value if has_sol else None,
         "bound": -info.mip_dual_bound if math.isfinite(info.mip_dual_bound) else None,
+        "nodes": int(info.mip_node_count),
+        "work_s": meter.spent_s if meter is not None else None,
+        "checks": (meter.root_checks, meter.tree_checks) if meter is not None else None,
     }
 
 
