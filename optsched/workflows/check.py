@@ -36,10 +36,10 @@ from __future__ import annotations
 import itertools
 from collections import defaultdict
 
-from optsched.check import Violation
 from optsched.schema.decision import ModelAction, Unit, WorkflowPlan
 from optsched.schema.snapshot import Activation
 from optsched.state import ClusterState, GpuKey
+from optsched.violations import Violation
 
 EPS = 1e-6
 DEFAULT_LOAD_GIB_S = 2.0
