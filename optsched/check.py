@@ -1,46 +1,90 @@
-"""The independent invariant checker: the executable specification of a decision.
+"""The independent invariant checker: the executable form of ``docs/snapshot-format.md``.
 
-``check_decision(state, decision)`` returns every broken invariant of the spec
-(``snapshot-format-1.md``, "What every decision must hold"), written without any solver:
+``check_decision(state, decision)`` returns every broken invariant of a decision (section
+"What every decision holds" of that page), written without any solver:
 
-====  ==============================================================  ==========================
- inv  rule                                                            function
-====  ==============================================================  ==========================
- 1    a GPU holds one job, or on an ``mps`` type two shareable jobs   ``check_gpu_sharing``
-      whose memory fits together
- 2    gang all-or-nothing, one allowed type, available nodes, no      ``check_placement``
-      GPU given twice, running jobs keep their allocation
- 3    only preemptible / on-loan / guest / unavailable-node jobs are  ``check_preemption``
-      preempted; guaranteed in-quota jobs never for another tenant
- 4    per type: use within capacity, use above quota covered by       ``check_capacity_and_loans``
-      loans within borrow and lend limits; lenders lend idle quota
- 5    every pending job exactly once in ``start`` or ``queue``         ``check_start_or_queue``
- 6    workflow plan rules                                             ``check_workflow_plan``
-====  ==============================================================  ==========================
+==  ==================  =================================================  =============================
+ #  name                rule                                               function
+==  ==================  =================================================  =============================
+ 1  gpu-sharing         a GPU holds one job, or on an ``mps`` type two     ``check_gpu_sharing``
+                        shareable jobs whose memory fits together
+ 2  placement           gang all-or-nothing, one allowed type, available   ``check_placement``
+                        nodes, no GPU given twice, running jobs keep theirs
+ 3  preemption          only preemptible / on-loan / guest / unavailable-  ``check_preemption``
+                        node jobs are preempted; guaranteed in-quota jobs
+                        never for another tenant
+ 4  capacity-and-loans  per type: use within capacity, use above quota     ``check_capacity_and_loans``
+                        covered by loans within borrow and lend limits,
+                        lenders lend idle quota; old over-quota use may
+                        stay when no lender can cover it (said in
+                        ``solver.notes``, see :func:`over_quota_note`)
+ 5  start-or-queue      every pending job exactly once in ``start`` or     ``check_start_or_queue``
+                        ``queue``
+ 6  workflow-plan       workflow plan rules                                ``check_workflow_plan``
+ 8  work-conservation   no pending job stays queued while free GPUs of an  ``check_work_conservation``
+                        allowed type and its tenant's idle quota could
+                        hold it
+==  ==================  =================================================  =============================
+
+Invariant 7 (bad input is rejected) is checked when the snapshot is read
+(:meth:`optsched.state.ClusterState.from_snapshot`), not here.
 """
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from optsched.schema.decision import Decision, PreemptReason
 from optsched.schema.snapshot import Job
 from optsched.state import ClusterState, GpuKey
+from optsched.violations import INVARIANT_NAMES, Violation
+from optsched.workflows.check import check_workflow_plan
+
+__all__ = [
+    "INVARIANT_NAMES",
+    "Violation",
+    "check_capacity_and_loans",
+    "check_decision",
+    "check_gpu_sharing",
+    "check_placement",
+    "check_preemption",
+    "check_start_or_queue",
+    "check_work_conservation",
+    "over_quota_note",
+    "tenant_use",
+]
 
 EPS = 1e-6
 
+_OVER_QUOTA_RE = re.compile(
+    r"over-quota: tenant (?P<tenant>.+) keeps (?P<gpus>\d+) '(?P<type>.+)' GPUs above quota "
+    r"with no lender to cover them"
+)
 
-@dataclass(frozen=True)
-class Violation:
-    """One broken invariant."""
 
-    invariant: int
-    message: str
-    ids: tuple[str, ...] = ()
+def over_quota_note(tenant: str, gpu_type: str, gpus: int) -> str:
+    """The ``solver.notes`` line a decision carries for use kept above quota (amended invariant 4).
 
-    def __str__(self) -> str:
-        return f"invariant {self.invariant}: {self.message}"
+    ``over_quota_note("a", "A100", 3)`` is
+    ``"over-quota: tenant a keeps 3 'A100' GPUs above quota with no lender to cover them"``.
+    """
+    return (
+        f"over-quota: tenant {tenant} keeps {gpus} '{gpu_type}' GPUs above quota "
+        "with no lender to cover them"
+    )
+
+
+def _noted_over_quota(notes: list[str]) -> set[tuple[str, str]]:
+    """(tenant, GPU type) pairs that ``notes`` declare as kept over quota."""
+    out: set[tuple[str, str]] = set()
+    for note in notes:
+        m = _OVER_QUOTA_RE.fullmatch(note.strip())
+        if m is not None:
+            out.add((m["tenant"], m["type"]))
+    return out
 
 
 @dataclass(frozen=True)
@@ -83,10 +127,16 @@ def _after(state: ClusterState, decision: Decision) -> _After:
             guests[s.job] = list(s.colocated_with)
         if s.allocation and s.allocation[0].node in state.node_index:
             types[s.job] = state.node_type(s.allocation[0].node)
-    # hosts first on each GPU
+    # hosts first on each shared GPU
     for ids in holders.values():
-        ids.sort(key=lambda j: j in guests)
+        if len(ids) > 1:
+            ids.sort(key=lambda j: j in guests)
     return _After(holders, guests, types, preempted, started)
+
+
+def _shared(after: _After) -> list[tuple[GpuKey, list[str]]]:
+    """GPUs held by more than one job after the decision, in GPU order."""
+    return sorted((k, ids) for k, ids in after.holders.items() if len(ids) > 1)
 
 
 def _memory(job_id: str, state: ClusterState, decision: Decision) -> float | None:
@@ -102,8 +152,8 @@ def check_gpu_sharing(state: ClusterState, decision: Decision, after: _After) ->
     """Invariant 1."""
     out: list[Violation] = []
     started = set(after.started)
-    for key, ids in sorted(after.holders.items()):
-        if len(ids) <= 1 or key[0] not in state.node_index:
+    for key, ids in _shared(after):
+        if key[0] not in state.node_index:
             continue
         where = f"GPU {key[0]}/{key[1]}"
         gtype = state.snapshot.gpu_types[state.node_type(key[0])]
@@ -213,7 +263,7 @@ def check_placement(state: ClusterState, decision: Decision, after: _After) -> l
         if bad:
             out.append(Violation(2, f"running job '{job.id}' kept on unavailable node '{bad[0]}'", (job.id,)))
     # a GPU given twice to jobs that are not an MPS host/guest pair
-    for key, ids in sorted(after.holders.items()):
+    for key, ids in _shared(after):
         if len(ids) == 2:
             a, b = ids
             paired = after.guests.get(b) and a in after.guests[b]
@@ -226,6 +276,14 @@ def check_preemption(state: ClusterState, decision: Decision, after: _After) -> 
     """Invariant 3."""
     out: list[Violation] = []
     seen: set[str] = set()
+    # GPU -> started jobs placed on it, and the order of the starts (built once, not per preempt)
+    start_on: dict[GpuKey, list[str]] = defaultdict(list)
+    start_order: dict[str, int] = {}
+    for k, s in enumerate(decision.start):
+        if s.job in after.started:
+            start_order.setdefault(s.job, k)
+            for ref in s.allocation:
+                start_on[ref.key()].append(s.job)
     for p in decision.preempt:
         if p.job not in state.job_index:
             out.append(Violation(3, f"preempts unknown job '{p.job}'", (p.job,)))
@@ -249,12 +307,10 @@ def check_preemption(state: ClusterState, decision: Decision, after: _After) -> 
             out.append(Violation(3, f"'{p.job}' reclaimed but it does not run on loan", (p.job,)))
         # a guaranteed job inside its quota is never preempted for another tenant
         if job.qos == "guaranteed" and not job.on_loan and not guest and not on_bad_node:
-            freed = {r.key() for r in job.allocation}
-            start_by_id = {s.job: s for s in decision.start}
-            for sid, sjob in after.started.items():
-                if sjob.tenant == job.tenant:
-                    continue
-                if freed.intersection(r.key() for r in start_by_id[sid].allocation):
+            takers = {sid for r in job.allocation for sid in start_on.get(r.key(), ())}
+            for sid in sorted(takers, key=start_order.__getitem__):
+                sjob = after.started[sid]
+                if sjob.tenant != job.tenant:
                     out.append(
                         Violation(
                             3,
@@ -277,52 +333,114 @@ def check_preemption(state: ClusterState, decision: Decision, after: _After) -> 
 def tenant_use(state: ClusterState, after: _After) -> dict[tuple[str, str], int]:
     """GPUs per (tenant, type) after the decision; MPS guests use no quota."""
     use: dict[tuple[str, str], int] = defaultdict(int)
+    guests = after.guests
+    node_index = state.node_index
     for key, ids in after.holders.items():
-        hosts = [j for j in ids if j not in after.guests]
-        if not hosts or key[0] not in state.node_index:
+        if key[0] not in node_index:
             continue
-        job = state.job(hosts[0])
-        use[(job.tenant, state.node_type(key[0]))] += 1
+        host = ids[0] if ids[0] not in guests else next((j for j in ids if j not in guests), None)
+        if host is None:
+            continue
+        use[(state.job(host).tenant, state.node_type(key[0]))] += 1
     return use
 
 
-def check_capacity_and_loans(state: ClusterState, decision: Decision, after: _After) -> list[Violation]:
-    """Invariant 4."""
-    out: list[Violation] = []
-    cap = state.capacity()
-    use = tenant_use(state, after)
-    for t in state.type_names:
-        total = sum(v for (_, tt), v in use.items() if tt == t)
-        if total > cap[t]:
-            out.append(Violation(4, f"type '{t}': {total} GPUs used, capacity {cap[t]}"))
+def _loan_totals(
+    state: ClusterState, decision: Decision, out: list[Violation] | None = None
+) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]:
+    """GPUs received and lent per (tenant, type) by the well-formed loans of ``decision``.
+
+    Malformed loans (unknown tenant or type, a tenant lending to itself) are left out and, when
+    ``out`` is given, reported there.
+    """
     lent_in: dict[tuple[str, str], int] = defaultdict(int)
     lent_out: dict[tuple[str, str], int] = defaultdict(int)
     for k, loan in enumerate(decision.loans):
         bad = False
         for who in (loan.lender, loan.borrower):
             if who not in state.tenant_index:
-                out.append(Violation(4, f"loans[{k}]: unknown tenant '{who}'"))
+                if out is not None:
+                    out.append(Violation(4, f"loans[{k}]: unknown tenant '{who}'", (who,)))
                 bad = True
         if loan.gpu_type not in state.snapshot.gpu_types:
-            out.append(Violation(4, f"loans[{k}]: unknown GPU type '{loan.gpu_type}'"))
+            if out is not None:
+                out.append(Violation(4, f"loans[{k}]: unknown GPU type '{loan.gpu_type}'"))
             bad = True
         if loan.lender == loan.borrower:
-            out.append(Violation(4, f"loans[{k}]: '{loan.lender}' lends to itself"))
+            if out is not None:
+                out.append(Violation(4, f"loans[{k}]: '{loan.lender}' lends to itself", (loan.lender,)))
             bad = True
         if bad:
             continue
         lent_in[(loan.borrower, loan.gpu_type)] += loan.gpus
         lent_out[(loan.lender, loan.gpu_type)] += loan.gpus
+    return lent_in, lent_out
+
+
+def check_capacity_and_loans(state: ClusterState, decision: Decision, after: _After) -> list[Violation]:
+    """Invariant 4 (capacity-and-loans), with the over-quota amendment.
+
+    A tenant whose use of a type exceeds its quota plus the loans it receives breaks the
+    invariant, unless all of these hold (the use is *kept over quota*):
+
+    (i) the uncovered excess is no larger than what the tenant's kept running jobs not on loan
+        already held above its quota in the snapshot (old use, not new);
+    (ii) the decision starts no non-guest job of that tenant on that type;
+    (iii) no lender could cover it: every other tenant's lendable idle quota on the type
+          (quota minus its use after the decision, within ``lend_limit``, minus what it already
+          lends) is zero, or the tenant's ``borrow_limit`` is reached;
+    (iv) ``solver.notes`` holds :func:`over_quota_note` for that tenant and type.
+    """
+    out: list[Violation] = []
+    cap = state.capacity()
+    use = tenant_use(state, after)
+    total: dict[str, int] = defaultdict(int)
+    for (_, t), v in use.items():
+        total[t] += v
+    for t in state.type_names:
+        if total[t] > cap[t]:
+            out.append(Violation(4, f"type '{t}': {total[t]} GPUs used, capacity {cap[t]}"))
+    lent_in, lent_out = _loan_totals(state, decision, out)
+
+    # per (tenant, type): GPUs of kept running jobs not on loan, and non-guest starts
+    start_by_id = {s.job: s for s in decision.start}
+    own_started: dict[tuple[str, str], int] = defaultdict(int)
+    own_kept: dict[tuple[str, str], int] = defaultdict(int)
+    starts: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for jid, jt in after.types.items():
+        if jid in after.guests:
+            continue
+        job = state.job(jid)
+        if jid in after.started:
+            starts[(job.tenant, jt)].append(jid)
+            if not start_by_id[jid].on_loan:
+                own_started[(job.tenant, jt)] += job.gpus
+        elif not job.on_loan:
+            own_kept[(job.tenant, jt)] += job.gpus
+
+    def lendable(ten: str, t: str) -> int:
+        """Idle quota ``ten`` could still lend on ``t`` after the decision."""
+        lo = lent_out[(ten, t)]
+        idle = state.quota(ten, t) - use.get((ten, t), 0) - lo
+        ll = state.lend_limit(ten, t)
+        return idle if ll is None else min(idle, ll - lo)
+
+    noted = _noted_over_quota(decision.solver.notes)
     for ten in state.tenant_ids:
         for t in state.type_names:
             q = state.quota(ten, t)
             u = use.get((ten, t), 0)
             li, lo = lent_in[(ten, t)], lent_out[(ten, t)]
-            if u > q + li:
-                out.append(
-                    Violation(4, f"tenant '{ten}' uses {u} '{t}' GPUs: quota {q} + loans {li}", (ten,))
-                )
             bl = state.borrow_limit(ten, t)
+            excess = u - q - li
+            if excess > 0:
+                held_over = max(0, own_kept[(ten, t)] - q)
+                if excess > held_over:
+                    more = f" ({held_over} of them ran above quota without a loan)" if held_over else ""
+                    msg = f"tenant '{ten}' uses {u} '{t}' GPUs: quota {q} + loans {li}{more}"
+                    out.append(Violation(4, msg, (ten,)))
+                else:
+                    out += _kept_over_quota(state, ten, t, excess, starts[(ten, t)], bl, li, lendable, noted)
             if bl is not None and li > bl:
                 out.append(Violation(4, f"tenant '{ten}' borrows {li} '{t}' GPUs, borrow_limit {bl}", (ten,)))
             ll = state.lend_limit(ten, t)
@@ -337,18 +455,6 @@ def check_capacity_and_loans(state: ClusterState, decision: Decision, after: _Af
                     )
                 )
     # jobs started inside quota must fit the quota (on_loan marks borrowed capacity)
-    start_by_id = {s.job: s for s in decision.start}
-    own_started: dict[tuple[str, str], int] = defaultdict(int)
-    own_kept: dict[tuple[str, str], int] = defaultdict(int)
-    for jid, jt in after.types.items():
-        if jid in after.guests:
-            continue
-        job = state.job(jid)
-        if jid in after.started:
-            if not start_by_id[jid].on_loan:
-                own_started[(job.tenant, jt)] += job.gpus
-        elif not job.on_loan:
-            own_kept[(job.tenant, jt)] += job.gpus
     for (ten, t), started in sorted(own_started.items()):
         q = state.quota(ten, t)
         if started + own_kept[(ten, t)] > q:
@@ -363,6 +469,53 @@ def check_capacity_and_loans(state: ClusterState, decision: Decision, after: _Af
     for s in decision.start:
         if s.colocated_with and s.on_loan:
             out.append(Violation(4, f"guest '{s.job}' uses no quota and cannot be on loan", (s.job,)))
+    return out
+
+
+def _kept_over_quota(
+    state: ClusterState,
+    ten: str,
+    t: str,
+    excess: int,
+    started: list[str],
+    borrow_limit: int | None,
+    received: int,
+    lendable: Callable[[str, str], int],
+    noted: set[tuple[str, str]],
+) -> list[Violation]:
+    """Conditions (ii)-(iv) of the over-quota amendment for ``excess`` GPUs of ``ten`` on ``t``."""
+    out: list[Violation] = []
+    if started:
+        ids = sorted(started)
+        out.append(
+            Violation(
+                4,
+                f"tenant '{ten}' keeps {excess} '{t}' GPUs above quota, yet the decision starts "
+                f"{ids} on top of them",
+                (ten, *ids),
+            )
+        )
+    if borrow_limit is None or received < borrow_limit:
+        lenders = [o for o in state.tenant_ids if o != ten and lendable(o, t) > 0]
+        if lenders:
+            can = ", ".join(f"'{o}' {lendable(o, t)}" for o in lenders)
+            out.append(
+                Violation(
+                    4,
+                    f"tenant '{ten}' keeps {excess} '{t}' GPUs above quota without a loan while "
+                    f"others could lend idle quota ({can})",
+                    (ten, *lenders),
+                )
+            )
+    if (ten, t) not in noted:
+        out.append(
+            Violation(
+                4,
+                f"tenant '{ten}' keeps {excess} '{t}' GPUs above quota but solver.notes does not "
+                f'say so (expected "{over_quota_note(ten, t, excess)}")',
+                (ten,),
+            )
+        )
     return out
 
 
@@ -389,6 +542,60 @@ def check_start_or_queue(state: ClusterState, decision: Decision) -> list[Violat
     return out
 
 
+def check_work_conservation(
+    state: ClusterState, decision: Decision, after: _After | None = None
+) -> list[Violation]:
+    """Invariant 8 (work-conservation): no pending job stays queued while it could run.
+
+    A pending job that the decision does not start breaks the invariant when one of its allowed
+    types ``t`` has capacity on available nodes and, after the decision,
+
+    * free GPUs of ``t`` (capacity minus the GPUs held by kept running jobs and started jobs)
+      are at least its gang, and
+    * its tenant's idle quota on ``t`` (quota minus the tenant's use after the decision, MPS
+      guests excluded, minus what it lends of ``t`` in ``decision.loans``) is at least its gang.
+
+    Linear in jobs + GPUs + tenants x types: per-type and per-(tenant, type) sums are computed
+    once, then each pending job looks at its allowed types only.
+    """
+    if after is None:
+        after = _after(state, decision)
+    cap = state.capacity()  # available nodes only, workflow pool excluded
+    held: dict[str, int] = defaultdict(int)
+    nodes = state.snapshot.nodes
+    pool = state.pool_gpus
+    for key in after.holders:
+        i = state.node_index.get(key[0])
+        if i is None or not nodes[i].available or key in pool:
+            continue
+        held[nodes[i].gpu_type] += 1
+    free = {t: cap[t] - held[t] for t in state.type_names}
+    use = tenant_use(state, after)
+    _, lent_out = _loan_totals(state, decision)
+    reasons = decision.queue_reasons
+    out: list[Violation] = []
+    for job in state.pending():
+        if job.id in after.started:
+            continue
+        for t in state.allowed_types(job):
+            if cap.get(t, 0) <= 0 or free[t] < job.gpus:
+                continue
+            idle = state.quota(job.tenant, t) - use.get((job.tenant, t), 0) - lent_out.get((job.tenant, t), 0)
+            if idle < job.gpus:
+                continue
+            why = f" (queue reason: {reasons[job.id].value})" if job.id in reasons else ""
+            out.append(
+                Violation(
+                    8,
+                    f"pending job '{job.id}' of '{job.tenant}' ({job.gpus} GPUs) stays queued while "
+                    f"{free[t]} '{t}' GPUs are free and its tenant has {idle} idle '{t}' quota{why}",
+                    (job.id,),
+                )
+            )
+            break
+    return out
+
+
 def check_decision(state: ClusterState, decision: Decision) -> list[Violation]:
     """Every broken invariant of ``decision`` for ``state`` (empty when it is valid)."""
     out: list[Violation] = []
@@ -401,7 +608,6 @@ def check_decision(state: ClusterState, decision: Decision) -> list[Violation]:
     out += check_capacity_and_loans(state, decision, after)
     out += check_start_or_queue(state, decision)
     if decision.workflow_plan is not None:
-        from optsched.workflows.check import check_workflow_plan
-
         out += check_workflow_plan(state, decision.workflow_plan)
+    out += check_work_conservation(state, decision, after)
     return out
