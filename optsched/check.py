@@ -99,6 +99,8 @@ class _After:
     """job id -> GPU type, for every job holding GPUs after the decision."""
     preempted: set[str]
     started: dict[str, Job]
+    use: dict[tuple[str, str], int]
+    """(tenant, type) -> GPUs held after the decision, MPS guests excluded (see :func:`tenant_use`)."""
 
 
 def _after(state: ClusterState, decision: Decision) -> _After:
@@ -131,7 +133,7 @@ def _after(state: ClusterState, decision: Decision) -> _After:
     for ids in holders.values():
         if len(ids) > 1:
             ids.sort(key=lambda j: j in guests)
-    return _After(holders, guests, types, preempted, started)
+    return _After(holders, guests, types, preempted, started, _use(state, holders, guests))
 
 
 def _shared(after: _After) -> list[tuple[GpuKey, list[str]]]:
@@ -331,11 +333,17 @@ def check_preemption(state: ClusterState, decision: Decision, after: _After) -> 
 
 
 def tenant_use(state: ClusterState, after: _After) -> dict[tuple[str, str], int]:
-    """GPUs per (tenant, type) after the decision; MPS guests use no quota."""
+    """GPUs per (tenant, type) after the decision; MPS guests use no quota. A fresh dict."""
+    return defaultdict(int, after.use)
+
+
+def _use(
+    state: ClusterState, holders: dict[GpuKey, list[str]], guests: dict[str, list[str]]
+) -> dict[tuple[str, str], int]:
+    """Each GPU counts once, for the tenant of its host (its first holder that is no guest)."""
     use: dict[tuple[str, str], int] = defaultdict(int)
-    guests = after.guests
     node_index = state.node_index
-    for key, ids in after.holders.items():
+    for key, ids in holders.items():
         if key[0] not in node_index:
             continue
         host = ids[0] if ids[0] not in guests else next((j for j in ids if j not in guests), None)
@@ -393,7 +401,7 @@ def check_capacity_and_loans(state: ClusterState, decision: Decision, after: _Af
     """
     out: list[Violation] = []
     cap = state.capacity()
-    use = tenant_use(state, after)
+    use = after.use
     total: dict[str, int] = defaultdict(int)
     for (_, t), v in use.items():
         total[t] += v
@@ -570,7 +578,7 @@ def check_work_conservation(
             continue
         held[nodes[i].gpu_type] += 1
     free = {t: cap[t] - held[t] for t in state.type_names}
-    use = tenant_use(state, after)
+    use = after.use
     _, lent_out = _loan_totals(state, decision)
     reasons = decision.queue_reasons
     out: list[Violation] = []
