@@ -34,16 +34,21 @@ ALLOWED_OPTIONS = {
 """Native HiGHS options a preset's ``[extra]`` may set. ``threads``, ``parallel``,
 ``random_seed`` and ``time_limit`` are not among them: the backend fixes them."""
 
-ROOT_CHECKS_PER_S = 35.0
+ROOT_CHECKS_PER_S = 50.0
 """HiGHS limit checks per nominal second while the root node is processed."""
-TREE_CHECKS_PER_S = 700.0
+TREE_CHECKS_PER_S = 1000.0
 """HiGHS limit checks per nominal second in the branch-and-bound tree.
 
-Both rates are the slowest seen on an idle 2-core machine of the kind the engine runs on
-(HiGHS 1.15.1, one thread), over the Venus-size snapshots of ``optsched generate --size venus
---seed 0..5`` (root: 36-90 checks/s, tree: 730-1900 checks/s), so a budget of ``w`` nominal
-seconds takes at most about ``w`` wall seconds there, plus one gap between two checks (up to
-0.25 s at the root, where sub-MIP heuristics run without checks)."""
+Calibration (HiGHS 1.15.1, one thread, a 2-core machine of the kind the engine runs on), on
+the Venus-size snapshots of ``optsched generate --size venus --seed 0..9``: at the root 36-95
+checks per second with the machine otherwise idle (26-47 with two other processes busy), in
+the tree 730-1900 (400-1750 busy). A nominal second is thus about a wall second on an idle
+machine, with one gap between two checks on top (up to 0.25 s at the root, where sub-MIP
+heuristics run without checks); the engine's share of the time limit leaves the margin."""
+NO_GAIN_GRACE = 2.0
+"""If, when the budget is spent, HiGHS has found nothing better than the warm start, it may
+go on to this many times the budget (at Venus size the first better solution often comes only
+at the end of the root node). Deterministic: it depends on the incumbent, not on time."""
 
 
 @dataclass
@@ -51,6 +56,8 @@ class WorkMeter:
     """Deterministic work in nominal seconds, from the count of HiGHS's limit checks."""
 
     budget_s: float
+    start_objective: float | None = None
+    """The warm start's objective (maximised), ``None`` without one."""
     root_rate: float = ROOT_CHECKS_PER_S
     tree_rate: float = TREE_CHECKS_PER_S
     root_checks: int = 0
@@ -60,13 +67,21 @@ class WorkMeter:
     def spent_s(self) -> float:
         return self.root_checks / self.root_rate + self.tree_checks / self.tree_rate
 
-    def check(self, nodes: int) -> bool:
-        """Count one check at ``nodes`` processed nodes; ``True`` once the budget is spent."""
+    def check(self, nodes: int, incumbent: float) -> bool:
+        """Count one check at ``nodes`` processed nodes with ``incumbent`` the best objective
+        so far (maximised); ``True`` once the budget is spent (see ``NO_GAIN_GRACE``)."""
         if nodes == 0:
             self.root_checks += 1
         else:
             self.tree_checks += 1
-        return self.spent_s >= self.budget_s
+        spent = self.spent_s
+        if spent < self.budget_s:
+            return False
+        if self.start_objective is None or not math.isfinite(incumbent):
+            gained = math.isfinite(incumbent)
+        else:
+            gained = incumbent > self.start_objective + 1e-9 * max(1.0, abs(self.start_objective))
+        return gained or spent >= NO_GAIN_GRACE * self.budget_s
 
 
 def solve_arrays(job: dict[str, Any]) -> dict[str, Any]:
@@ -104,11 +119,15 @@ def solve_arrays(job: dict[str, Any]) -> dict[str, Any]:
         h.setSolution(sol)
     meter = None
     if job.get("work_s") is not None:
-        meter = WorkMeter(float(job["work_s"]))
+        start_obj = None
+        if job.get("start") is not None:
+            start_obj = float(np.dot(job["obj"], job["start"]))
+        meter = WorkMeter(float(job["work_s"]), start_obj)
         m = meter
 
         def on_check(event: Any) -> None:
-            if m.check(int(event.data_out.mip_node_count)):
+            out = event.data_out
+            if m.check(int(out.mip_node_count), -float(out.mip_primal_bound)):
                 event.interrupt()
 
         h.cbMipInterrupt.subscribe(on_check)
