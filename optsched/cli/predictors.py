@@ -63,7 +63,7 @@ def train_cmd(
     """Retrain the runtime, memory and interference predictors into OUT/<predictor>/v1."""
     from rich.console import Console
 
-    from optsched.predict.train import train_models
+    from optsched.predict.retrain import train_models
 
     if runtime_trace not in RUNTIME_TRACES:
         typer.echo(f"error: --runtime-trace: unknown trace '{runtime_trace}'", err=True)

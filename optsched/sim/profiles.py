@@ -14,9 +14,9 @@ Nothing here ships data. An :class:`Interference` comes from one of two sources:
   profiles and a fitted pair-speed law), used for the shipped mini trace and whenever no Lucid
   folder is found.
 
-:func:`resolve_interference` picks the source for a trace; ``Interference.source`` says which
-one a run used (``"lucid:<folder>"`` or ``"synthetic"``). Jobs without a known profile use
-``DEFAULT_UTIL``.
+:func:`optsched.sim.trace.resolve_interference` picks the source for a trace;
+``Interference.source`` says which one a run used (``"lucid:<folder>"`` or ``"synthetic"``).
+Jobs without a known profile use ``DEFAULT_UTIL``.
 """
 
 from __future__ import annotations
@@ -180,22 +180,3 @@ def find_lucid_dir(trace_path: str | Path | None) -> Path | None:
     if root is not None and is_lucid_dir(root / LUCID_FOLDER):
         return root / LUCID_FOLDER
     return None
-
-
-def resolve_interference(trace_path: str | Path | None, lucid_dir: str | Path | None = None,
-                         ) -> Interference:
-    """The interference model of a replay: ``lucid_dir`` if given (must hold the two files),
-    else the Lucid folder found for ``trace_path`` (None = the synthetic mini trace, which
-    always uses the synthetic model), else the synthetic model, logged as a fallback."""
-    from optsched.sim.synthetic import synthetic_interference
-
-    if lucid_dir is not None:
-        return load_lucid(lucid_dir)
-    if trace_path is None:
-        return synthetic_interference()
-    found = find_lucid_dir(trace_path)
-    if found is not None:
-        return load_lucid(found)
-    log.warning("no %s/ folder found for '%s': using the synthetic interference model",
-                LUCID_FOLDER, trace_path)
-    return synthetic_interference()

@@ -1,7 +1,7 @@
 """The synthetic workload-profile and interference model (no measured data involved).
 
 Used for the shipped mini trace and for any replay without a Lucid folder on the traces path
-(see :func:`optsched.sim.profiles.resolve_interference`).
+(see :func:`optsched.sim.trace.resolve_interference`).
 
 Profiles (:func:`synthetic_profiles`): ``N_PROFILES`` profiles named ``synth-<k>`` (dataset
 ``synth``), drawn from ``random.Random(seed)``: GPU utilisation stratified over 25–100%, peak

@@ -29,7 +29,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Literal
 
-from optsched.sim.profiles import Interference, ProfileKey, resolve_interference
+from optsched.sim.profiles import LUCID_FOLDER, Interference, ProfileKey, find_lucid_dir, load_lucid
 from optsched.sim.synthetic import synthetic_interference
 
 log = logging.getLogger("optsched.sim")
@@ -38,6 +38,24 @@ DEFAULT_QOS_DELAY_S = 1800.0
 """Default ``max_queue_delay_s`` of every tenant's guaranteed jobs."""
 ANCHOR_GAP_S = 7 * 86400.0
 """Leading rows this far before the next one are anchor rows (Lucid's time origin) and dropped."""
+
+
+def resolve_interference(trace_path: str | Path | None, lucid_dir: str | Path | None = None,
+                         ) -> Interference:
+    """The interference model of a replay: ``lucid_dir`` if given (must hold the two files),
+    else the Lucid folder found for ``trace_path`` (None = the synthetic mini trace, which
+    always uses the synthetic model), else the synthetic model, logged as a fallback."""
+    if lucid_dir is not None:
+        return load_lucid(lucid_dir)
+    if trace_path is None:
+        return synthetic_interference()
+    found = find_lucid_dir(trace_path)
+    if found is not None:
+        return load_lucid(found)
+    log.warning("no %s/ folder found for '%s': using the synthetic interference model",
+                LUCID_FOLDER, trace_path)
+    return synthetic_interference()
+
 
 
 @dataclass(frozen=True)
@@ -223,7 +241,7 @@ def read_venus(
     Jobs of a VC missing from the config, and rows with ``gpu_num < 1``, are skipped (counted
     in ``Trace.notes``). ``max_jobs`` keeps the first jobs by submission (for quick runs).
     Profiles and colocation speeds: ``interference`` if given, else
-    :func:`~optsched.sim.profiles.resolve_interference` (``lucid_dir``, else the Lucid folder
+    :func:`resolve_interference` (``lucid_dir``, else the Lucid folder
     of the traces path, else the synthetic model).
     """
     p = Path(path)
@@ -447,7 +465,7 @@ def load_trace(
 
     The mini trace always uses the synthetic interference model (its jobs name synthetic
     profiles); a Venus log uses Lucid's measurements from ``lucid_dir`` or the traces path
-    when found (:func:`~optsched.sim.profiles.resolve_interference`)."""
+    when found (:func:`resolve_interference`)."""
     if str(spec) == MINI_TRACE:
         if lucid_dir is not None:
             log.warning("the mini trace names synthetic profiles only: ignoring lucid_dir '%s' "

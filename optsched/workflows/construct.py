@@ -14,21 +14,50 @@ only how the batch is formed. Model lifecycle options per device are *keep* (res
 stay), *load ahead* (start loading before the device is free, as soon as memory allows) and
 *evict* (free memory after the model's last planned use); each option's cost is its load
 seconds (:attr:`Problem.load`) and the idle-resident GPU-seconds it implies.
+
+The records it reads and writes, :class:`Act` (a pending activation) and :class:`Cand` (one
+alternative), live here; :mod:`optsched.workflows.problem` builds them into a ``Problem``.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
 
-if TYPE_CHECKING:
-    from optsched.workflows.problem import Act, ActKey, Cand
+ActKey = tuple[str, str]
+"""(session id, activation id)."""
+
+
+@dataclass
+class Act:
+    """A pending activation."""
+
+    key: ActKey
+    model: str
+    input_tokens: int
+    output_tokens: int
+    deps: tuple[str, ...]
+    """Pending dependencies (activation ids in the same session)."""
+    release: float
+    """Earliest start allowed by done/running dependencies and the clock."""
+    arrival: float
+
+
+@dataclass
+class Cand:
+    """One unit alternative: one activation or several fused (same model, same session)."""
+
+    session: str
+    members: tuple[str, ...]
+    model: str
+    kind: str
+    """``single``, ``siblings`` (batched, shared prefix) or ``chain`` (KV reuse)."""
+    dur: dict[str, float] = field(default_factory=dict)
+    """Predicted seconds per GPU type."""
 
 
 def alternatives(acts: dict[ActKey, Act], *, fusion: bool = True, max_group: int = 4) -> list[Cand]:
     """Every unit alternative for the pending activations ``acts`` (deterministic order)."""
-    from optsched.workflows.problem import Cand
-
     out: list[Cand] = []
     for (sid, aid), a in sorted(acts.items()):
         out.append(Cand(session=sid, members=(aid,), model=a.model, kind="single"))

@@ -14,10 +14,8 @@ from dataclasses import dataclass, field
 
 from optsched.state import ClusterState, GpuKey
 from optsched.workflows.check import device_free_at, model_load_s
+from optsched.workflows.construct import Act, ActKey, Cand, alternatives
 from optsched.workflows.predictor import GIB_TO_GB, KV_RESERVE, ModelSpec, Predictor
-
-ActKey = tuple[str, str]
-"""(session id, activation id)."""
 
 
 @dataclass
@@ -31,34 +29,6 @@ class Dev:
     resident: tuple[str, ...]
     pinned: frozenset[str]
     """Models a running activation uses until ``free_at``."""
-
-
-@dataclass
-class Act:
-    """A pending activation."""
-
-    key: ActKey
-    model: str
-    input_tokens: int
-    output_tokens: int
-    deps: tuple[str, ...]
-    """Pending dependencies (activation ids in the same session)."""
-    release: float
-    """Earliest start allowed by done/running dependencies and the clock."""
-    arrival: float
-
-
-@dataclass
-class Cand:
-    """One unit alternative: one activation or several fused (same model, same session)."""
-
-    session: str
-    members: tuple[str, ...]
-    model: str
-    kind: str
-    """``single``, ``siblings`` (batched, shared prefix) or ``chain`` (KV reuse)."""
-    dur: dict[str, float] = field(default_factory=dict)
-    """Predicted seconds per GPU type."""
 
 
 @dataclass
@@ -132,8 +102,6 @@ def build_problem(
     state: ClusterState, pred: Predictor | None = None, *, fusion: bool = True, max_group: int = 4
 ) -> Problem:
     """Read the workflow part of ``state`` and run the constructor and the DAG forecast."""
-    from optsched.workflows.construct import alternatives
-
     pred = pred or Predictor.default()
     snap = state.snapshot
     wf = snap.workflows

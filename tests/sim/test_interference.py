@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from optsched.sim import synthetic
-from optsched.sim.profiles import find_lucid_dir, load_lucid, resolve_interference, sqrt_rule
+from optsched.sim.profiles import find_lucid_dir, load_lucid, sqrt_rule
 from optsched.sim.runner import RunSpec, run_one
 from optsched.sim.synthetic import (
     fit_pair_law,
@@ -19,7 +19,7 @@ from optsched.sim.synthetic import (
     synthetic_interference,
     synthetic_profiles,
 )
-from optsched.sim.trace import load_trace, read_venus
+from optsched.sim.trace import load_trace, read_venus, resolve_interference
 
 SINGLE = """model,dataset,batchsize,amp,speed,gpu_util,gmem_util,gmem,label
 BERT,SQuAD,32,0,84.872,99.689,62.484,20162.0,2
