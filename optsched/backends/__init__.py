@@ -15,11 +15,13 @@ BACKENDS: dict[str, str] = {
     "cpsat": "optsched.backends.cpsat.backend:CpSatBackend",
     "milp": "optsched.backends.milp.backend:MilpBackend",
     "greedy": "optsched.backends.greedy:GreedyBackend",
+    "pulp": "optsched.backends.pulp.backend:PulpBackend",
 }
 
 _EXTRA = {
     "cpsat": "ortools (core dependency)",
     "milp": "the 'milp' extra: pip install optsched[milp]",
+    "pulp": "the 'pulp' extra: pip install optsched[pulp]",
 }
 
 

@@ -1,0 +1,266 @@
+"""PuLP backend: translates the neutral :class:`~optsched.formulation.LinearModel` into a PuLP
+problem and solves it with the MILP solver named in ``params.extra["solver"]`` (default
+``PULP_CBC_CMD``, the CBC binary that ships with PuLP; ``COIN_CMD``, ``HiGHS_CMD``,
+``GUROBI_CMD``, ``CPLEX_CMD``, ``SCIP_CMD``... when installed).
+
+``[extra]`` is checked against an allow-list (:data:`ALLOWED_EXTRA`) and against what the
+chosen PuLP solver class accepts; an unknown key is an error naming it. The greedy warm start
+is passed as initial values when the solver supports ``warmStart``.
+
+Determinism: one thread, and a deterministic work limit where the solver has one: a node limit
+(``maxNodes``) of ``NODES_PER_S`` nodes per nominal second of ``params.work_s`` (or of
+``time_limit_s / WALL_SAFETY`` when the caller gives no work budget); for CBC also a fixed
+random seed (``randomCbcSeed = params.seed + 1``: CBC reads 0 as "seed from the time of day").
+``timeLimit`` (the wall clock) is only a safety net; when it ends the search ``detail`` says
+``wall-clock limit hit``. A solver without a node limit stops on the wall clock only, and
+``detail`` says that too. ``HiGHS`` (PuLP's in-process highspy interface) is refused: highspy
+and OR-Tools cannot share an interpreter; use the ``milp`` backend or ``HiGHS_CMD``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import re
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any, ClassVar
+
+from optsched.backends.base import SolveParams, SolveResult, SolveStatus
+from optsched.backends.cpsat.backend import check_extra
+from optsched.formulation import LinearModel, build_model, from_assignment, is_feasible, solved
+from optsched.problem import Assignment, EpochProblem
+
+DEFAULT_SOLVER = "PULP_CBC_CMD"
+ALLOWED_EXTRA = {
+    "solver",
+    "msg",
+    "threads",
+    "gapRel",
+    "gapAbs",
+    "maxNodes",
+    "presolve",
+    "cuts",
+    "strong",
+    "warmStart",
+}
+"""Keys of ``[extra]``: ``solver`` picks the PuLP solver class; the others are passed to its
+constructor (each only if that class takes it)."""
+GENERIC_KEYS = {"msg", "threads", "gapRel", "gapAbs", "warmStart"}
+"""Keys every PuLP solver takes, also those whose constructor only has ``**kwargs``."""
+REFUSED_SOLVERS = {
+    "HiGHS": "highspy cannot share an interpreter with OR-Tools; use backend 'milp' or 'HiGHS_CMD'"
+}
+NODES_PER_S = 800.0
+"""Branch-and-bound nodes per nominal second. Calibrated with CBC 2.10 (PuLP 3.3's binary, one
+thread) on a 2-core machine of the kind the engine runs on, on Venus-size snapshots
+(``optsched generate --size venus --seed 1,2,3,5,7``, the harder pre-class model): 760-1230
+nodes per second after a root node of about 0.03 s."""
+WALL_SAFETY = 1.5
+"""Without ``params.work_s``, the work budget is the wall-clock limit divided by this."""
+WALL_CLOCK_HIT = "wall-clock limit hit"
+GAP_REL = 1e-4
+"""Default relative gap, as for the other exact backends."""
+
+
+def map_status(status: int, sol_status: int) -> SolveStatus:
+    """PuLP's ``(LpProblem.status, LpProblem.sol_status)`` -> :class:`SolveStatus`.
+
+    ``status`` is one of ``pulp.LpStatus`` (1 optimal, 0 not solved, -1 infeasible,
+    -2 unbounded, -3 undefined), ``sol_status`` one of ``pulp.LpSolution`` (1 optimal,
+    2 integer feasible, 0 none found, -1 infeasible, -2 unbounded). CBC stopped by a limit
+    with an incumbent reports status 1 with sol_status 2, hence both are read.
+    """
+    import pulp
+
+    if status == pulp.LpStatusUnbounded or sol_status == pulp.LpSolutionUnbounded:
+        return SolveStatus.ERROR  # every variable is bounded: an unbounded answer is a bug
+    if status == pulp.LpStatusInfeasible or sol_status == pulp.LpSolutionInfeasible:
+        return SolveStatus.INFEASIBLE
+    if status == pulp.LpStatusOptimal and sol_status == pulp.LpSolutionOptimal:
+        return SolveStatus.OPTIMAL
+    stopped = status in (pulp.LpStatusOptimal, pulp.LpStatusNotSolved)
+    if stopped and sol_status == pulp.LpSolutionIntegerFeasible:
+        return SolveStatus.FEASIBLE
+    if status == pulp.LpStatusNotSolved and sol_status == pulp.LpSolutionNoSolutionFound:
+        return SolveStatus.NO_SOLUTION
+    return SolveStatus.ERROR
+
+
+def work_s(params: SolveParams) -> float:
+    """The deterministic work budget in nominal seconds."""
+    if params.work_s is not None:
+        return max(0.0, params.work_s)
+    return params.time_limit_s / WALL_SAFETY
+
+
+def solver_class(name: str) -> Any:
+    """The PuLP solver class called ``name``.
+
+    Raises
+    ------
+    ValueError
+        For a name PuLP does not know or one this backend refuses, naming it.
+    """
+    import pulp
+
+    if name in REFUSED_SOLVERS:
+        raise ValueError(f"pulp solver '{name}' is not supported here: {REFUSED_SOLVERS[name]}")
+    known = sorted(set(pulp.listSolvers()) - set(REFUSED_SOLVERS))
+    if name not in known:
+        raise ValueError(f"unknown pulp solver '{name}' (known: {known})")
+    return getattr(pulp, name)
+
+
+def accepted_keys(cls: Any) -> set[str]:
+    """Constructor keywords of a PuLP solver class (plus the generic ones if it takes
+    ``**kwargs``)."""
+    params = inspect.signature(cls.__init__).parameters
+    keys = {k for k, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    if any(p.kind == p.VAR_KEYWORD for p in params.values()):
+        keys |= GENERIC_KEYS
+    return keys
+
+
+def check_options(extra: dict[str, Any]) -> tuple[str, Any, dict[str, Any]]:
+    """``(solver name, class, constructor options)`` from ``[extra]``, every key checked."""
+    check_extra(extra, ALLOWED_EXTRA, "pulp")
+    name = str(extra.get("solver", DEFAULT_SOLVER))
+    cls = solver_class(name)
+    accepted = accepted_keys(cls)
+    opts = {k: v for k, v in extra.items() if k != "solver"}
+    for key in opts:
+        if key not in accepted:
+            raise ValueError(f"solver option '{key}' is not taken by pulp solver {name}")
+    if opts.get("threads", 1) != 1:
+        raise ValueError("solver option 'threads' must be 1 (a parallel search is not deterministic)")
+    return name, cls, opts
+
+
+def to_pulp(m: LinearModel) -> tuple[Any, list[Any]]:
+    """The PuLP problem of ``m`` (maximise) and its variables, named ``x<k>``/``r<k>`` so that
+    PuLP's name mangling cannot merge two of them."""
+    import pulp
+
+    prob = pulp.LpProblem("epoch", pulp.LpMaximize)
+    xs = [pulp.LpVariable(f"x{k}", m.lb[k], m.ub[k], cat=pulp.LpInteger) for k in range(m.n)]
+    prob += pulp.LpAffineExpression([(xs[k], c) for k, c in enumerate(m.obj) if c != 0])
+    for i, row in enumerate(m.rows):
+        expr = pulp.LpAffineExpression([(xs[v], c) for v, c in row.coefs.items()])
+        if row.lo == row.hi:
+            prob += pulp.LpConstraint(expr, pulp.LpConstraintEQ, f"r{i}", row.hi)
+            continue
+        if not math.isinf(row.hi):
+            prob += pulp.LpConstraint(expr, pulp.LpConstraintLE, f"r{i}", row.hi)
+        if not math.isinf(row.lo):
+            prob += pulp.LpConstraint(expr, pulp.LpConstraintGE, f"r{i}_lo", row.lo)
+    return prob, xs
+
+
+_CBC_RESULT = re.compile(r"^Result - (.*)$", re.MULTILINE)
+
+
+def cbc_result(log_text: str) -> str | None:
+    """CBC's own stop reason (``Result - ...`` line of its log), if any."""
+    found = _CBC_RESULT.findall(log_text)
+    return found[-1].strip() if found else None
+
+
+class PulpBackend:
+    name: ClassVar[str] = "pulp"
+
+    @classmethod
+    def is_available(cls) -> bool:
+        try:
+            import pulp  # noqa: F401
+        except ImportError:  # pragma: no cover - depends on the environment
+            return False
+        return True
+
+    def solve(
+        self, problem: EpochProblem, params: SolveParams, hint: Assignment | None = None
+    ) -> SolveResult:
+        solver_name, cls, opts = check_options(params.extra)
+        t0 = time.monotonic()
+        lin = build_model(problem)
+        prob, xs = to_pulp(lin)
+        accepted = accepted_keys(cls)
+        warm = bool(opts.pop("warmStart", True)) and "warmStart" in accepted
+        if warm and hint is not None:
+            x0 = from_assignment(lin, problem, hint)
+            if is_feasible(lin, x0):
+                for x, v in zip(xs, x0, strict=True):
+                    x.setInitialValue(v)
+            else:
+                warm = False
+        else:
+            warm = False
+        work = work_s(params)
+        node_limit: int | None = None
+        if "maxNodes" in opts:
+            node_limit = int(opts.pop("maxNodes"))
+        elif "maxNodes" in accepted:
+            node_limit = max(1, int(NODES_PER_S * work))
+        kwargs: dict[str, Any] = {"msg": False, "gapRel": GAP_REL, **opts, "threads": 1}
+        if warm:
+            kwargs["warmStart"] = True
+        if node_limit is not None:
+            kwargs["maxNodes"] = node_limit
+        is_cbc = solver_name in ("PULP_CBC_CMD", "COIN_CMD")
+        if is_cbc:
+            kwargs["options"] = [f"randomCbcSeed {params.seed + 1}"]
+        with tempfile.TemporaryDirectory(prefix="optsched-pulp-") as tmp:
+            log_path = Path(tmp) / "solver.log"
+            if "logPath" in accepted:
+                kwargs["logPath"] = str(log_path)
+            wall = max(0.01, params.time_limit_s - (time.monotonic() - t0))
+            kwargs["timeLimit"] = wall
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)  # PULP_CBC_CMD's PuLP 4 notice
+                solver = cls(**kwargs)
+            if not solver.available():
+                detail = f"{solver_name} is not available"
+                return SolveResult(SolveStatus.ERROR, self.name, time.monotonic() - t0, detail=detail)
+            t_solve = time.monotonic()
+            prob.solve(solver)
+            solve_seconds = time.monotonic() - t_solve
+            log_text = log_path.read_text(errors="replace") if log_path.exists() else ""
+        seconds = time.monotonic() - t0
+        status = map_status(prob.status, prob.sol_status)
+        detail = self._detail(solver_name, prob, status, log_text, node_limit, work, solve_seconds, wall)
+        if status not in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE):
+            return SolveResult(status, self.name, seconds, detail=detail)
+        values = [round(x.value() or 0.0) for x in xs]
+        return solved(lin, problem, values, status, self.name, seconds, None, detail)
+
+    @staticmethod
+    def _detail(
+        solver_name: str,
+        prob: Any,
+        status: SolveStatus,
+        log_text: str,
+        node_limit: int | None,
+        work: float,
+        solve_seconds: float,
+        wall: float,
+    ) -> str:
+        import pulp
+
+        status_text = pulp.LpStatus.get(prob.status, prob.status)
+        solution_text = pulp.LpSolution.get(prob.sol_status, prob.sol_status)
+        base = f"{solver_name}: {status_text} / {solution_text}"
+        result = cbc_result(log_text)
+        if result is not None:
+            base += f" ({result})"
+            hit_wall = "time" in result.lower()
+        else:
+            hit_wall = status != SolveStatus.OPTIMAL and solve_seconds >= 0.95 * wall
+        if hit_wall:
+            return f"{base}; {WALL_CLOCK_HIT}"
+        if node_limit is None:
+            return f"{base}; {solver_name} has no node limit here: it stops on the wall clock only"
+        if status == SolveStatus.OPTIMAL:
+            return base
+        return f"{base}; stopped at the deterministic work limit ({node_limit} nodes = {work:.3f} nominal s)"
