@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from optsched import assurance as asr
+from optsched.check import over_quota_note
 from optsched.predict.base import Predictions
 from optsched.problem import Assignment, EpochProblem
 from optsched.schema.decision import (
@@ -103,26 +104,33 @@ def to_decision(
         if node.available:
             nodes_by_type[node.gpu_type].append(node.id)
     starts: list[Start] = []
-    order = sorted(assignment.starts, key=lambda j: (-p.pending[j].gpus, p.pending[j].job))
-    for j in order:
-        t, loan = assignment.starts[j]
-        item = p.pending[j]
-        alloc = _place(free, nodes_by_type[p.types[t]], item.gpus)
-        starts.append(Start(job=item.job, allocation=alloc, on_loan=loan))
+    plan: list[tuple[int, str, int, bool]] = []  # (gpus, job id, type, on_loan)
+    for c in sorted(assignment.starts):
+        cls = p.pending[c]
+        k = 0
+        for (ti, loan), n in sorted(assignment.starts[c].items()):
+            for jid in cls.jobs[k : k + n]:
+                plan.append((cls.gpus, jid, ti, loan))
+            k += n
+    for gpus, jid, ti, loan in sorted(plan, key=lambda x: (-x[0], x[1])):
+        alloc = _place(free, nodes_by_type[p.types[ti]], gpus)
+        starts.append(Start(job=jid, allocation=alloc, on_loan=loan))
     # guests: GPUs of the host that hold no guest yet -----------------------------------------
     taken: set[GpuKey] = set(
         k for k, ids in state.gpu_holders.items() if len(ids) > 1 and ids[1] not in stopped
     )
     for j in sorted(assignment.guests, key=lambda j: p.pending[j].job):
         host = p.running[assignment.guests[j]]
+        if host.job in stopped:
+            raise AssertionError(f"guest {p.pending[j].job} placed on stopped host {host.job}")
         hjob = state.job(host.job)
         assert hjob.allocation is not None
-        gpus = [r for r in hjob.allocation if r.key() not in taken][: p.pending[j].gpus]
-        taken.update(r.key() for r in gpus)
+        shared = [r for r in hjob.allocation if r.key() not in taken][: p.pending[j].gpus]
+        taken.update(r.key() for r in shared)
         starts.append(
             Start(
                 job=p.pending[j].job,
-                allocation=[GpuRef(node=r.node, gpu=r.gpu) for r in gpus],
+                allocation=[GpuRef(node=r.node, gpu=r.gpu) for r in shared],
                 on_loan=False,
                 colocated_with=[host.job],
             )
@@ -138,7 +146,9 @@ def to_decision(
     for s in starts:
         if not s.colocated_with:
             use[(state.job(s.job).tenant, state.node_type(s.allocation[0].node))] += len(s.allocation)
-    loans = derive_loans(state, use, signal)
+    loans, uncovered = derive_loans(state, use, signal)
+    for (ten, tname), n in sorted(uncovered.items()):
+        solver.notes.append(over_quota_note(ten, tname, n))
 
     # queue with reasons ---------------------------------------------------------------------
     cap = state.capacity()
@@ -182,9 +192,14 @@ def to_decision(
 
 def derive_loans(
     state: ClusterState, use: dict[tuple[str, str], int], signal: dict[str, asr.TenantAssurance]
-) -> list[Loan]:
-    """Cover each tenant's use above quota with idle quota of others (most assured first)."""
+) -> tuple[list[Loan], dict[tuple[str, str], int]]:
+    """Cover each tenant's use above quota with idle quota of others (most assured first).
+
+    Returns the loans and, per (tenant, type), the use above quota that no lender could cover
+    (amended invariant 4: running use kept over quota).
+    """
     loans: list[Loan] = []
+    uncovered: dict[tuple[str, str], int] = {}
     for t in state.type_names:
         avail: dict[str, int] = {}
         for ten in state.tenant_ids:
@@ -195,7 +210,10 @@ def derive_loans(
                 avail[ten] = give
         order = sorted(avail, key=lambda x: (-signal[x].value, -avail[x], x))
         for ten in state.tenant_ids:
-            need = use.get((ten, t), 0) - state.quota(ten, t)
+            excess = use.get((ten, t), 0) - state.quota(ten, t)
+            bl = state.borrow_limit(ten, t)
+            need = excess if bl is None else min(excess, bl)
+            covered = 0
             for lender in order:
                 if need <= 0:
                     break
@@ -205,9 +223,10 @@ def derive_loans(
                 loans.append(Loan(lender=lender, borrower=ten, gpu_type=t, gpus=g))
                 avail[lender] -= g
                 need -= g
-            if need > 0:
-                raise AssertionError(f"tenant {ten} uses {need} '{t}' GPUs no lender covers")
-    return loans
+                covered += g
+            if excess - covered > 0:
+                uncovered[(ten, t)] = excess - covered
+    return loans, uncovered
 
 
 def _reason(

@@ -1,13 +1,26 @@
 """``solve_epoch``: snapshot in, checked decision out.
 
-The pipeline (architecture, "one epoch end to end")::
+The pipeline::
 
-    parse -> ClusterState -> predictions -> assurance -> EpochProblem -> greedy (hint)
-          -> backend (within the deadline) -> Decision -> check_decision -> [fallback]
+    parse -> ClusterState -> predictions -> assurance -> candidates (EpochProblem)
+          -> greedy (hint) -> backend (deterministic work, wall-clock safety net) -> fill pass
+          -> Decision -> check_decision -> [labelled fallback]
 
-``time_limit_s`` is a hard promise for the whole call: the backend gets what is left after the
-earlier stages minus a reserve for building and checking the decision, and a backend that
-overshoots is abandoned (CP-SAT is stopped; the HiGHS worker process is killed).
+**Deadline.** ``time_limit_s`` covers the whole call. Every stage after validation has a share
+of it; the solver gets what is left after a reserve for decoding and checking that grows with
+the snapshot (``RESERVE_PER_JOB_S``).
+
+**Determinism.** The solver stops on a *deterministic* work budget (``params.work_s``), a pure
+function of the time limit and of the snapshot's size (``work_budget``), never of measured
+time, so the same snapshot and parameters give the same decision from a fresh process or a warm
+one, on an idle or a loaded machine. The wall clock only stops a solver that overruns; the
+decision then says ``wall-clock limit hit`` in ``solver.status_detail`` and a note.
+
+**Fallbacks.** A solver that errs, gives nothing, gives less than the greedy plan or an answer
+the checker rejects, and any failure while decoding it, yields the greedy plan with
+``status: "fallback"`` and the reason in ``solver.fallback_reason``; if even that fails, the
+empty plan (start nothing, stop only what must stop). A valid snapshot never ends in an
+internal error unless all three fail the checker.
 """
 
 from __future__ import annotations
@@ -16,33 +29,39 @@ import functools
 import logging
 import time
 import warnings
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from optsched import assurance as asr
-from optsched.backends import get_backend
 from optsched.backends.base import SolveParams, SolveResult, SolveStatus
-from optsched.backends.greedy import greedy_assignment
-from optsched.check import check_decision
-from optsched.decide import to_decision
 from optsched.errors import DomainWarning, OptschedError
-from optsched.predict.base import Predictor
-from optsched.problem import Assignment, build_problem
-from optsched.schema.decision import Decision, SolverInfo
+from optsched.schema.decision import Decision, SolverInfo, WorkflowPlan
 from optsched.schema.snapshot import Snapshot
 from optsched.state import ClusterState, parse_snapshot
 
+if TYPE_CHECKING:
+    from optsched.predict.base import Predictions, Predictor
+    from optsched.problem import Assignment, EpochProblem
+
 log = logging.getLogger("optsched")
 
+DEFAULT_BACKEND = "highs"
+"""The one default backend of the library, the CLI and the simulator (``docs/benchmarks.md``:
+deterministic, in the core dependencies, and within 2 % of the best bound at Venus size)."""
 DEFAULT_TIME_LIMIT_S = 1.0
-RESERVE_FRACTION = 0.25
-"""Share of the time limit kept for building and checking the decision..."""
-RESERVE_PER_STAGE_TIME = 2.5
-"""...or this many times the time the stages before the solver took, if more."""
-LARGE_PENDING = 1000
-"""Above this many pending jobs and below ``LARGE_MIN_LIMIT_S``, CP-SAT is the default."""
-LARGE_MIN_LIMIT_S = 5.0
+SOLVER_SHARE = 0.6
+"""Share of the time limit that is the solver's nominal deterministic work budget."""
+OVERHEAD_PER_JOB_S = 40e-6
+"""Nominal seconds of fixed stages per job of the snapshot (validation, predictions,
+candidates, decoding, checking), taken from the work budget so large snapshots keep their
+deadline; calibrated in ``docs/benchmarks.md``."""
+RESERVE_PER_JOB_S = 25e-6
+"""Wall seconds kept per job after the solver for decoding, the fill pass and the checker."""
+RESERVE_FRACTION = 0.1
+MIN_WORK_S = 0.02
 WORKFLOW_SHARE = 0.4
 """Share of the time limit given to the workflow planner when the snapshot has workflows."""
+STATUS_RANK = {"optimal": 0, "feasible": 1, "fallback": 2}
 
 
 def resolve_params(snapshot: Snapshot, params: SolveParams | None) -> SolveParams:
@@ -50,7 +69,7 @@ def resolve_params(snapshot: Snapshot, params: SolveParams | None) -> SolveParam
     if params is not None:
         return params
     opts = snapshot.options
-    base = SolveParams(backend=default_backend(snapshot), time_limit_s=DEFAULT_TIME_LIMIT_S)
+    base = SolveParams(backend=DEFAULT_BACKEND, time_limit_s=DEFAULT_TIME_LIMIT_S)
     if opts is None:
         return base
     return SolveParams(
@@ -62,29 +81,15 @@ def resolve_params(snapshot: Snapshot, params: SolveParams | None) -> SolveParam
     )
 
 
-def default_backend(snapshot: Snapshot) -> str:
-    """The backend our benchmark found best (``docs/benchmarks.md``).
-
-    HiGHS (``milp``) closes the gap at Venus size within the default second where CP-SAT
-    stays several percent off, so it is the default whenever its worker process is up, except
-    on large snapshots under a short limit, where HiGHS returns nothing in time. The
-    worker takes a fraction of a second to start: when it is not running yet, this call starts
-    it in the background and the epoch is solved by CP-SAT, so the deadline still holds.
-    """
-    try:
-        from optsched.backends.milp.backend import MilpBackend, is_warm, warm_up
-    except ImportError:  # pragma: no cover - the milp extra is missing
-        return "cpsat"
-    if not MilpBackend.is_available():
-        return "cpsat"
-    limit = (snapshot.options.time_limit_s if snapshot.options else None) or DEFAULT_TIME_LIMIT_S
-    pending = sum(1 for j in snapshot.jobs if j.state == "pending")
-    if pending > LARGE_PENDING and limit < LARGE_MIN_LIMIT_S:
-        return "cpsat"  # HiGHS needs seconds at this size; CP-SAT improves on the hint sooner
-    if is_warm():
-        return "milp"
-    warm_up(wait=False)
-    return "cpsat"
+def work_budget(params: SolveParams, jobs: int, workflows: bool) -> float:
+    """The solver's deterministic work budget in nominal seconds: a share of the limit less
+    the nominal cost of the fixed stages for this many jobs (never measured time)."""
+    if params.work_s is not None:
+        return params.work_s
+    share = SOLVER_SHARE * params.time_limit_s
+    if workflows:
+        share -= WORKFLOW_SHARE * params.time_limit_s
+    return max(MIN_WORK_S, share - OVERHEAD_PER_JOB_S * jobs)
 
 
 @functools.cache
@@ -98,6 +103,16 @@ def default_predictor() -> Predictor:
 
         return EstimatePredictor()
     return default_predictor()
+
+
+@dataclass
+class _Epoch:
+    state: ClusterState
+    problem: EpochProblem
+    predictions: Predictions
+    signal: dict[str, asr.TenantAssurance]
+    notes: list[str]
+    stage: dict[str, float]
 
 
 def solve_epoch(
@@ -124,23 +139,44 @@ def solve_epoch(
     SnapshotError
         The snapshot is malformed or inconsistent (names the field).
     OptschedError
-        No valid decision could be built (an internal bug; never silently).
+        No valid decision could be built, not even the empty one (an internal bug).
     """
-    # loading the trained models is one-time set-up, not part of this epoch's deadline
     pred = predictor if predictor is not None else default_predictor()
     t0 = time.monotonic()
     stage: dict[str, float] = {}
-    notes: list[str] = []
     if isinstance(snapshot, ClusterState):
         state = snapshot
     else:
         snap = snapshot if isinstance(snapshot, Snapshot) else parse_snapshot(snapshot)
         state = ClusterState.from_snapshot(snap)
     params = resolve_params(state.snapshot, params)
-    limit = params.time_limit_s
-    deadline = t0 + limit
+    deadline = t0 + params.time_limit_s
     stage["validate"] = time.monotonic() - t0
+    has_wf = state.snapshot.workflows is not None and bool(state.snapshot.workflows.sessions)
+    try:
+        ep = _prepare(state, params, pred, stage)
+    except (OptschedError, ValueError):
+        raise
+    except Exception as exc:  # pragma: no cover - a bug in predictions or candidates
+        log.exception("building the epoch's problem failed")
+        msg = f"internal error while building the problem: {type(exc).__name__}: {exc}"
+        raise OptschedError(msg) from exc
 
+    n_jobs = len(state.snapshot.jobs)
+    reserve = RESERVE_FRACTION * params.time_limit_s + RESERVE_PER_JOB_S * n_jobs
+    wf_budget = WORKFLOW_SHARE * params.time_limit_s if has_wf else 0.0
+    decision = _cluster_decision(ep, params, t0, deadline, reserve + wf_budget, n_jobs, has_wf)
+    if has_wf:
+        _attach_workflows(ep, decision, params, deadline, reserve)
+    decision.solver.stage_seconds = {k: round(v, 6) for k, v in ep.stage.items()}
+    decision.solver.seconds = round(time.monotonic() - t0, 6)
+    return decision
+
+
+def _prepare(state: ClusterState, params: SolveParams, pred: Predictor, stage: dict[str, float]) -> _Epoch:
+    from optsched.candidates import build_problem
+
+    notes: list[str] = []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", DomainWarning)
         t = time.monotonic()
@@ -148,33 +184,49 @@ def solve_epoch(
         stage["predict"] = time.monotonic() - t
         t = time.monotonic()
         signal = asr.compute(state)
-        problem = build_problem(state, predictions, pred, signal)
+        problem = build_problem(state, predictions, pred, signal, params.objective)
         stage["candidates"] = time.monotonic() - t
     for w in caught:
         notes.append(f"{type(w.message).__name__}: {w.message}")
-        warnings.warn(w.message, w.category, stacklevel=2)
+        warnings.warn(w.message, w.category, stacklevel=3)
     notes.extend(problem.notes)
+    return _Epoch(state, problem, predictions, signal, notes, stage)
 
-    plan = None
-    wf_budget = 0.0
-    if state.snapshot.workflows is not None and state.snapshot.workflows.sessions:
-        wf_budget = WORKFLOW_SHARE * limit
 
+def _cluster_decision(
+    ep: _Epoch,
+    params: SolveParams,
+    t0: float,
+    deadline: float,
+    reserve: float,
+    n_jobs: int,
+    has_wf: bool,
+) -> Decision:
+    from optsched.backends import get_backend
+    from optsched.backends.greedy import fill, greedy_assignment
+    from optsched.check import check_decision
+
+    problem, stage = ep.problem, ep.stage
     t = time.monotonic()
-    hint = greedy_assignment(problem)
+    hint = greedy_assignment(problem, deadline=deadline - reserve)
     stage["greedy"] = time.monotonic() - t
+    greedy_value = hint.objective(problem)
+
     result: SolveResult | None = None
     fallback_reason: str | None = None
-    if params.backend != "greedy":
-        # building and checking the decision grows with the snapshot like the stages so far
-        reserve = max(RESERVE_FRACTION * limit, RESERVE_PER_STAGE_TIME * (time.monotonic() - t0))
-        budget = deadline - time.monotonic() - reserve - wf_budget
+    if params.backend == "greedy":
+        fallback_reason = "greedy backend requested"
+    else:
+        budget = deadline - time.monotonic() - reserve
+        work = work_budget(params, n_jobs, has_wf)
         if budget <= 0.005:
-            fallback_reason = "no time left for the solver"
+            fallback_reason = "no time left for the solver (wall clock)"
         else:
             t = time.monotonic()
             try:
-                result = get_backend(params.backend).solve(problem, params.with_(time_limit_s=budget), hint)
+                result = get_backend(params.backend).solve(
+                    problem, params.with_(time_limit_s=budget, work_s=work), hint
+                )
             except (OptschedError, ValueError):
                 raise
             except Exception as exc:  # a solver crash degrades to the labelled fallback
@@ -187,62 +239,103 @@ def solve_epoch(
                 fallback_reason = f"{params.backend}: {result.status.value} ({result.detail})"
                 result = None
             elif (
-                result is not None
-                and result.objective is not None
-                and result.objective < hint.objective(problem) - 1e-6
+                result is not None and result.objective is not None and result.objective < greedy_value - 1e-6
             ):
-                fallback_reason = f"{params.backend} answer worse than the greedy warm start"
+                fallback_reason = f"{params.backend} answer worse than the greedy plan"
                 result = None
 
-    chosen: Assignment = result.assignment if result is not None and result.assignment is not None else hint
-    if result is not None:
-        status = "optimal" if result.status == SolveStatus.OPTIMAL else "feasible"
-    elif params.backend == "greedy":
-        status = "fallback"
-        fallback_reason = "greedy backend requested"
-    else:
-        status = "fallback"
+    def attempt(a: Assignment, res: SolveResult | None, reason: str | None, do_fill: bool) -> Decision:
+        from optsched.decide import to_decision
 
-    if wf_budget > 0:
+        notes = list(ep.notes)
         t = time.monotonic()
-        from optsched.workflows.planner import plan_workflows
-
-        plan = plan_workflows(
-            state,
-            time_limit_s=max(0.01, deadline - time.monotonic() - RESERVE_FRACTION * limit),
-            seed=params.seed,
-        )
-        stage["workflows"] = time.monotonic() - t
-
-    def build(a: Assignment, st: str, res: SolveResult | None, reason: str | None) -> Decision:
+        # never cut by the deadline: a cut fill would leave startable work queued (invariant 8)
+        added = fill(problem, a) if do_fill else 0
+        stage["fill"] = stage.get("fill", 0.0) + time.monotonic() - t
+        if added:
+            notes.append(f"fill pass started {added} queued job(s) that still fit")
+        obj = a.objective(problem)
+        if res is not None:
+            proven = res.status == SolveStatus.OPTIMAL and problem.complete and added == 0
+            wall = "wall-clock limit hit" in res.detail
+            status = "optimal" if proven and not wall else "feasible"
+            if wall:
+                notes.append(f"{res.backend}: wall-clock limit hit; this answer may differ between runs")
+            bound = None if res.bound is None else res.bound + problem.bound_slack
+        else:
+            status, bound = "fallback", None
+        gap = None if bound is None else abs(bound - obj) / max(1.0, abs(bound))
         info = SolverInfo(
             backend=res.backend if res is not None else "greedy",
             seconds=0.0,
-            objective=a.objective(problem),
-            bound=res.bound if res is not None else None,
-            gap=res.gap if res is not None else None,
+            objective=obj,
+            bound=bound,
+            gap=gap,
             status_detail=res.detail if res is not None else None,
             fallback_reason=reason,
-            stage_seconds={k: round(v, 6) for k, v in stage.items()},
-            notes=list(notes),
+            stage_seconds={},
+            notes=notes,
         )
-        d = to_decision(state, problem, a, predictions, signal, info, st)
-        if plan is not None:
-            d.workflow_plan = plan
+        d = to_decision(ep.state, problem, a, ep.predictions, ep.signal, info, status)
+        bad = check_decision(ep.state, d)
+        if bad:
+            msg = "; ".join(str(v) for v in bad[:5])
+            raise _Rejected(f"failed the checker: {msg}")
         return d
 
     t = time.monotonic()
-    decision = build(chosen, status, result, fallback_reason)
-    violations = check_decision(state, decision)
-    if violations and chosen is not hint:
-        msg = "; ".join(str(v) for v in violations[:5])
-        log.error("solver decision failed the checker: %s", msg)
-        decision = build(hint, "fallback", None, f"solver answer failed the checker: {msg}")
-        violations = check_decision(state, decision)
-    if violations:
-        msg = "; ".join(str(v) for v in violations[:5])
-        raise OptschedError(f"internal error: no valid decision could be built: {msg}")
-    stage["decide_and_check"] = time.monotonic() - t
-    decision.solver.stage_seconds = {k: round(v, 6) for k, v in stage.items()}
-    decision.solver.seconds = round(time.monotonic() - t0, 6)
-    return decision
+    try:
+        from optsched.problem import Assignment as _Assignment
+
+        tries: list[tuple[Assignment, SolveResult | None, str | None, str, bool]] = []
+        if result is not None and result.assignment is not None:
+            tries.append((result.assignment, result, None, f"{params.backend} answer", True))
+        tries.append((hint, None, fallback_reason, "greedy plan", True))
+        tries.append((_Assignment(), None, fallback_reason, "filled empty plan", True))
+        errors: list[str] = []
+        for a, res, reason, what, do_fill in tries:
+            try:
+                if errors:
+                    reason = "; ".join(filter(None, [reason, *errors]))
+                return attempt(a, res, reason, do_fill)
+            except Exception as exc:  # every failure of a plan falls back to the next one
+                if not isinstance(exc, _Rejected):
+                    log.exception("decoding the %s failed", what)
+                why = str(exc) if isinstance(exc, _Rejected) else f"raised {type(exc).__name__}: {exc}"
+                errors.append(f"{what} {why}")
+        raise OptschedError("internal error: no valid decision could be built: " + "; ".join(errors))
+    finally:
+        stage["decide_and_check"] = time.monotonic() - t
+
+
+class _Rejected(Exception):
+    """A decision that failed the checker."""
+
+
+def _attach_workflows(
+    ep: _Epoch, decision: Decision, params: SolveParams, deadline: float, reserve: float
+) -> None:
+    """Plan the workflow part, check it with its own checker and fallback, and report the
+    worse of the two parts' statuses at the top."""
+    from optsched.workflows.check import check_workflow_plan
+    from optsched.workflows.planner import plan_workflows
+
+    t = time.monotonic()
+    try:
+        plan = plan_workflows(
+            ep.state, time_limit_s=max(0.01, deadline - time.monotonic() - reserve), seed=params.seed
+        )
+        bad = check_workflow_plan(ep.state, plan)
+        why = f"workflow plan failed invariant 6: {bad[0]}" if bad else None
+    except Exception as exc:  # the workflow planner's own failure falls back too
+        log.exception("workflow planning failed")
+        bad, why = [], f"workflow planner raised {type(exc).__name__}: {exc}"
+        plan = None
+    if plan is None or bad:
+        plan = WorkflowPlan(status="fallback", notes=[f"no workflow plan this epoch: {why}"])
+        decision.solver.notes.append(f"workflows: {why}")
+    decision.workflow_plan = plan
+    if plan.status is not None and STATUS_RANK[plan.status] > STATUS_RANK[decision.status]:
+        decision.status = plan.status
+        decision.solver.notes.append(f"status is the workflow plan's ({plan.status})")
+    ep.stage["workflows"] = time.monotonic() - t

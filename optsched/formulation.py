@@ -1,29 +1,36 @@
 r"""The one optimization model of an epoch, written once in solver-neutral linear form.
 
-Both backends (CP-SAT and HiGHS) translate the same :class:`LinearModel`, so they solve the
-same problem. Variables (all integer):
+Every exact backend (CP-SAT, HiGHS, PuLP) translates the same :class:`LinearModel`, so they
+solve the same problem; its objective coefficients come from :mod:`optsched.objective`.
+Variables (all integer):
 
-* :math:`o_{jt}, \ell_{jt} \in \{0,1\}`: pending job :math:`j` starts on type :math:`t`
-  inside its tenant's quota / on borrowed capacity;
-* :math:`y_c \in \{0,1\}`: guest candidate :math:`c = (j, h)` starts as MPS guest of host
-  :math:`h`;
+* :math:`s_{c,k} \in \{0,1\}`: the :math:`k`-th member of pending class :math:`c` starts
+  (:math:`k < \text{cap}_c`; members sorted by value, :math:`s_{c,k} \ge s_{c,k+1}`);
+* :math:`o_{ct}, \ell_{ct} \in \mathbb{Z}_{\ge 0}`: members of :math:`c` started on type
+  :math:`t` inside their tenant's quota / on borrowed capacity;
+* :math:`y_p \in \{0,1\}`: guest pair :math:`p = (c, h)` starts singleton class :math:`c` as
+  MPS guest of host :math:`h`;
 * :math:`z_r \in \{0,1\}`: running job :math:`r` is preempted (only for candidates);
 * :math:`b_{it}, e_{it} \in \mathbb{Z}_{\ge 0}`: GPUs tenant :math:`i` borrows / lends on
   type :math:`t`, bounded by ``borrow_limit`` and ``lend_limit``.
 
-Constraint families, one function each, named after the spec invariant they enforce:
+Constraint families, one function each, named after the invariant they enforce
+(``docs/snapshot-format.md``):
 
-* ``add_start_or_queue`` (5): :math:`\sum_t (o_{jt} + \ell_{jt}) + \sum_{c \ni j} y_c \le 1`.
+* ``add_start_or_queue`` (5): :math:`\sum_k s_{c,k} = \sum_t (o_{ct} + \ell_{ct})`, and a
+  singleton class starts at most once, :math:`\sum_t (o_{ct} + \ell_{ct}) + \sum_{p \ni c} y_p
+  \le 1`.
 * ``add_gpu_sharing`` (1): one guest per host (MPS pairs) and none on a stopped host,
-  :math:`\sum_{c \to h} y_c \le 1 - z_h`; memory fit and type are filtered per candidate.
+  :math:`\sum_{p \to h} y_p \le 1 - z_h`; memory fit and type are filtered per candidate.
 * ``add_capacity_and_loans`` (4): per type, started minus preempted host GPUs fit in the free
   capacity; per tenant and type, own starts fit in quota,
-  :math:`U_{it} - b_{it} + e_{it} \le q_{it}`, and :math:`\sum_i b_{it} \le \sum_i e_{it}`.
+  :math:`U_{it} - b_{it} + e_{it} \le q_{it} + \kappa_{it}` (:math:`\kappa` the use kept over
+  quota, amended invariant 4), and :math:`\sum_i b_{it} \le \sum_i e_{it}`.
 * ``add_preemption_rules`` (3): only candidates get a :math:`z` variable (preemptible
-  best-effort, on-loan and guest jobs); guaranteed jobs inside quota never do.
-
-Objective (maximise): :math:`\sum v_{jt}(o_{jt} + (1-\epsilon)\ell_{jt}) + \sum v_c y_c -
-\sum c_r z_r - \epsilon' \sum b_{it}`.
+  best-effort, on-loan and guest jobs); stopping a host stops its guest; and GPUs freed on a
+  type are used by starts on that type in the same decision,
+  :math:`\sum_r g_r z_{r} \le \sum_c g_c (o_{ct} + \ell_{ct}) + \delta_t` (:math:`\delta_t`:
+  on-loan use lenders can no longer cover, which must be reclaimed in any case).
 """
 
 from __future__ import annotations
@@ -32,9 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from optsched.backends.base import SolveResult, SolveStatus
-from optsched.problem import LOAN_PENALTY, Assignment, EpochProblem
-
-BORROW_PENALTY = 1e-3
+from optsched.problem import Assignment, EpochProblem
 
 
 @dataclass
@@ -55,6 +60,8 @@ class LinearModel:
     obj: list[float] = field(default_factory=list)
     rows: list[Row] = field(default_factory=list)
     # maps back to the problem
+    seg: dict[int, list[int]] = field(default_factory=dict)
+    """class -> its member variables s_{c,0..cap-1}."""
     own: dict[tuple[int, int], int] = field(default_factory=dict)
     loan: dict[tuple[int, int], int] = field(default_factory=dict)
     guest: dict[int, int] = field(default_factory=dict)
@@ -83,13 +90,18 @@ INF = float("inf")
 
 
 def add_variables(m: LinearModel, p: EpochProblem) -> None:
-    for j, it in enumerate(p.pending):
-        for t, v in zip(it.types, it.values, strict=True):
-            if t in it.own_types:
-                m.own[(j, t)] = m.var(f"own[{it.job},{p.types[t]}]", 0, 1, v)
-            m.loan[(j, t)] = m.var(f"loan[{it.job},{p.types[t]}]", 0, 1, v * (1 - LOAN_PENALTY))
-    for c, g in enumerate(p.guests):
-        m.guest[c] = m.var(f"guest[{p.pending[g.pending].job},{p.running[g.running].job}]", 0, 1, g.value)
+    for c, cls in enumerate(p.pending):
+        if cls.cap <= 0:
+            continue
+        m.seg[c] = [m.var(f"start[{cls.jobs[k]}]", 0, 1, cls.values[k]) for k in range(cls.cap)]
+        for t, bonus in zip(cls.types, cls.type_bonus, strict=True):
+            if t in cls.own_types:
+                reclaim = p.reclaim_bonus if cls.reclaim else 0.0  # a reclaim starts inside quota
+                m.own[(c, t)] = m.var(f"own[{cls.job},{p.types[t]}]", 0, cls.cap, bonus + reclaim)
+            m.loan[(c, t)] = m.var(f"loan[{cls.job},{p.types[t]}]", 0, cls.cap, bonus - cls.loan_penalty)
+    for g, cand in enumerate(p.guests):
+        name = f"guest[{p.pending[cand.pending].job},{p.running[cand.running].job}]"
+        m.guest[g] = m.var(name, 0, 1, cand.value)
     for r, run in enumerate(p.running):
         if run.candidate:
             m.preempt[r] = m.var(f"preempt[{run.job}]", 0, 1, -run.cost)
@@ -100,7 +112,7 @@ def add_variables(m: LinearModel, p: EpochProblem) -> None:
                 continue
             bl = p.borrow_limit[i][t]
             m.borrow[(i, t)] = m.var(
-                f"borrow[{ten},{tname}]", 0, cap if bl is None else min(bl, cap), -BORROW_PENALTY
+                f"borrow[{ten},{tname}]", 0, cap if bl is None else min(bl, cap), -p.objective.borrow_penalty
             )
             q = p.quota[i][t]
             if q > 0:
@@ -109,26 +121,34 @@ def add_variables(m: LinearModel, p: EpochProblem) -> None:
 
 
 def add_start_or_queue(m: LinearModel, p: EpochProblem) -> None:
-    """Invariant 5: each pending job starts at most once (else it is queued)."""
-    rows: dict[int, dict[int, int]] = {j: {} for j in range(len(p.pending))}
-    for (j, _), v in m.own.items():
-        rows[j][v] = 1
-    for (j, _), v in m.loan.items():
-        rows[j][v] = 1
-    for c, v in m.guest.items():
-        rows[p.guests[c].pending][v] = 1
-    for j, coefs in rows.items():
-        if len(coefs) > 1:
-            m.add(coefs, -INF, 1, f"start_or_queue[{p.pending[j].job}]")
+    """Invariant 5: each pending job starts at most once (else it is queued); members start
+    as a prefix of their class."""
+    starts: dict[int, dict[int, int]] = {c: {} for c in m.seg}
+    for (c, _), v in m.own.items():
+        starts[c][v] = 1
+    for (c, _), v in m.loan.items():
+        starts[c][v] = 1
+    for c, segs in m.seg.items():
+        job = p.pending[c].job
+        m.add({**{s: 1 for s in segs}, **{v: -1 for v in starts[c]}}, 0, 0, f"start_count[{job}]")
+        for k in range(len(segs) - 1):
+            m.add({segs[k]: 1, segs[k + 1]: -1}, 0, INF, f"start_order[{p.pending[c].jobs[k + 1]}]")
+    by_class: dict[int, dict[int, int]] = {}
+    for g, v in m.guest.items():
+        by_class.setdefault(p.guests[g].pending, {})[v] = 1
+    for c, coefs in by_class.items():
+        if c in m.seg:
+            coefs = {**coefs, m.seg[c][0]: 1}
+        m.add(coefs, -INF, 1, f"start_or_queue[{p.pending[c].job}]")
 
 
 def add_gpu_sharing(m: LinearModel, p: EpochProblem) -> None:
     """Invariant 1: at most one guest per host (pairs); no guest on a stopped host."""
     by_host: dict[int, dict[int, int]] = {}
-    for c, v in m.guest.items():
-        g = p.guests[c]
-        assert p.pending[g.pending].gpus <= p.running[g.running].free_slots
-        by_host.setdefault(g.running, {})[v] = 1
+    for g, v in m.guest.items():
+        cand = p.guests[g]
+        assert p.pending[cand.pending].gpus <= p.running[cand.running].free_slots
+        by_host.setdefault(cand.running, {})[v] = 1
     for h, coefs in by_host.items():
         if h in m.preempt:
             coefs = {**coefs, m.preempt[h]: 1}
@@ -140,68 +160,90 @@ def add_capacity_and_loans(m: LinearModel, p: EpochProblem) -> None:
     used = p.used()
     held_all = p.held(own_only=False)
     held_own = p.held(own_only=True)
+    nt, nk = len(p.types), len(p.tenants)
+    cap_rows: list[dict[int, int]] = [{} for _ in range(nt)]
+    own_rows: list[list[dict[int, int]]] = [[{} for _ in range(nt)] for _ in range(nk)]
+    use_rows: list[list[dict[int, int]]] = [[{} for _ in range(nt)] for _ in range(nk)]
+    for (c, t), v in m.own.items():
+        g, i = p.pending[c].gpus, p.pending[c].tenant
+        cap_rows[t][v] = g
+        own_rows[i][t][v] = g
+        use_rows[i][t][v] = g
+    for (c, t), v in m.loan.items():
+        g, i = p.pending[c].gpus, p.pending[c].tenant
+        cap_rows[t][v] = g
+        use_rows[i][t][v] = g
+    for r, v in m.preempt.items():
+        run = p.running[r]
+        if run.guest:
+            continue
+        cap_rows[run.type][v] = -run.gpus
+        use_rows[run.tenant][run.type][v] = -run.gpus
+        if not run.on_loan:
+            own_rows[run.tenant][run.type][v] = -run.gpus
     for t, tname in enumerate(p.types):
-        coefs: dict[int, int] = {}
-        for (j, tt), v in list(m.own.items()) + list(m.loan.items()):
-            if tt == t:
-                coefs[v] = p.pending[j].gpus
-        for r, v in m.preempt.items():
-            run = p.running[r]
-            if run.type == t and not run.guest:
-                coefs[v] = -run.gpus
-        m.add(coefs, -INF, p.capacity[t] - used[t], f"capacity[{tname}]")
-        bal: dict[int, int] = {}
-        for (_, tt), v in m.borrow.items():
-            if tt == t:
-                bal[v] = 1
-        for (_, tt), v in m.lend.items():
-            if tt == t:
-                bal[v] = -1
+        m.add(cap_rows[t], -INF, p.capacity[t] - used[t], f"capacity[{tname}]")
+        bal = {v: 1 for (_, tt), v in m.borrow.items() if tt == t}
+        bal.update({v: -1 for (_, tt), v in m.lend.items() if tt == t})
         m.add(bal, -INF, 0, f"loan_balance[{tname}]")
     for i, ten in enumerate(p.tenants):
         for t, tname in enumerate(p.types):
-            own: dict[int, int] = {}
-            total: dict[int, int] = {}
-            for (j, tt), v in m.own.items():
-                if tt == t and p.pending[j].tenant == i:
-                    own[v] = p.pending[j].gpus
-                    total[v] = p.pending[j].gpus
-            for (j, tt), v in m.loan.items():
-                if tt == t and p.pending[j].tenant == i:
-                    total[v] = p.pending[j].gpus
-            for r, v in m.preempt.items():
-                run = p.running[r]
-                if run.tenant == i and run.type == t and not run.guest:
-                    total[v] = -run.gpus
-                    if not run.on_loan:
-                        own[v] = -run.gpus
+            own = own_rows[i][t]
             if any(c > 0 for c in own.values()):
                 m.add(own, -INF, p.quota[i][t] - held_own[i][t], f"own_quota[{ten},{tname}]")
+            total = use_rows[i][t]
             if (i, t) in m.borrow:
                 total[m.borrow[(i, t)]] = -1
             if (i, t) in m.lend:
                 total[m.lend[(i, t)]] = 1
             if total:
-                m.add(total, -INF, p.quota[i][t] - held_all[i][t], f"tenant_use[{ten},{tname}]")
+                hi = p.quota[i][t] - held_all[i][t] + p.kept_over[i][t]
+                m.add(total, -INF, hi, f"tenant_use[{ten},{tname}]")
 
 
 def add_preemption_rules(m: LinearModel, p: EpochProblem) -> None:
     r"""Invariant 3 is enforced by construction: only candidates have a preemption variable.
 
-    The rows added here keep running guests consistent: a guest runs on its host's GPUs, so
-    stopping the host stops the guest (:math:`z_h \le z_g`).
+    The rows added here keep running guests consistent (a guest runs on its host's GPUs, so
+    stopping the host stops the guest, :math:`z_h \le z_g`) and let a preemption happen only
+    when the GPUs it frees are used by starts of the same decision.
     """
     index = {run.job: r for r, run in enumerate(p.running)}
+    freed: list[dict[int, int]] = [{} for _ in p.types]
+    freed_own: list[dict[int, int]] = [{} for _ in p.types]  # best-effort jobs inside quota
     for r, v in m.preempt.items():
         run = p.running[r]
         assert run.candidate, f"{run.job} is not a preemption candidate"
         if run.host is not None and run.host in index and index[run.host] in m.preempt:
-            # the guest's GPUs are its host's: stopping the host stops the guest
             m.add({m.preempt[index[run.host]]: 1, v: -1}, -INF, 0, f"host_stops_guest[{run.job}]")
+        if not run.guest:
+            freed[run.type][v] = run.gpus
+            if not run.on_loan:
+                freed_own[run.type][v] = run.gpus
     for r, run in enumerate(p.running):
         host = index.get(run.host) if run.host is not None else None
         if host is not None and host in m.preempt and r not in m.preempt:
             raise AssertionError(f"guest {run.job} must be a preemption candidate")
+    # stability (no swaps back and forth): a preemption needs a start inside quota on its
+    # type (a start on loan never preempts), and a best-effort job inside its tenant's quota
+    # is stopped only for a guaranteed start inside quota; at least one such start, big-M
+    need_own = [dict(f) for f in freed]
+    need_guar = [dict(f) for f in freed_own]
+    for (c, t), v in m.own.items():
+        if need_own[t]:
+            need_own[t][v] = -sum(freed[t].values())
+        if need_guar[t] and p.pending[c].guaranteed:
+            need_guar[t][v] = -sum(freed_own[t].values())
+    for (c, t), v in list(m.own.items()) + list(m.loan.items()):
+        if freed[t]:
+            freed[t][v] = -p.pending[c].gpus
+    for t, tname in enumerate(p.types):
+        if any(c > 0 for c in freed[t].values()):
+            m.add(freed[t], -INF, p.deficit[t], f"preempt_only_if_used[{tname}]")
+        if any(c > 0 for c in need_own[t].values()):
+            m.add(need_own[t], -INF, p.deficit[t], f"preempt_only_for_own_start[{tname}]")
+        if any(c > 0 for c in need_guar[t].values()):
+            m.add(need_guar[t], -INF, 0, f"preempt_in_quota_only_for_guaranteed[{tname}]")
 
 
 CONSTRAINT_FAMILIES = (
@@ -224,16 +266,18 @@ def build_model(p: EpochProblem) -> LinearModel:
 def to_assignment(m: LinearModel, p: EpochProblem, values: Sequence[float]) -> Assignment:
     """Read a solution vector back into an :class:`Assignment`."""
     a = Assignment()
-    for (j, t), v in m.own.items():
+    for (c, t), v in m.own.items():
+        k = round(values[v])
+        if k > 0:
+            a.add(c, t, False, k)
+    for (c, t), v in m.loan.items():
+        k = round(values[v])
+        if k > 0:
+            a.add(c, t, True, k)
+    for g, v in m.guest.items():
         if values[v] > 0.5:
-            a.starts[j] = (t, False)
-    for (j, t), v in m.loan.items():
-        if values[v] > 0.5:
-            a.starts[j] = (t, True)
-    for c, v in m.guest.items():
-        if values[v] > 0.5:
-            g = p.guests[c]
-            a.guests[g.pending] = g.running
+            cand = p.guests[g]
+            a.guests[cand.pending] = cand.running
     for r, v in m.preempt.items():
         if values[v] > 0.5:
             a.preempt.add(r)
@@ -266,28 +310,28 @@ def solved(
 def from_assignment(m: LinearModel, p: EpochProblem, a: Assignment) -> list[int]:
     """A full variable vector for an assignment (the warm start), loans filled minimally."""
     x = [0] * m.n
-    for j, (t, loan) in a.starts.items():
-        key = (j, t)
-        if loan or key not in m.own:
-            x[m.loan[key]] = 1
-        else:
-            x[m.own[key]] = 1
-    index = {(g.pending, g.running): c for c, g in enumerate(p.guests)}
-    for j, r in a.guests.items():
-        x[m.guest[index[(j, r)]]] = 1
+    for c, counts in a.starts.items():
+        n = 0
+        for (t, loan), k in counts.items():
+            key = (c, t)
+            if loan or key not in m.own:
+                x[m.loan[key]] += k
+            else:
+                x[m.own[key]] += k
+            n += k
+        for s in m.seg.get(c, [])[:n]:
+            x[s] = 1
+    index = {(g.pending, g.running): k for k, g in enumerate(p.guests)}
+    for c, r in a.guests.items():
+        x[m.guest[index[(c, r)]]] = 1
     for r in a.preempt:
         x[m.preempt[r]] = 1
     # minimal loans: borrowers take exactly their excess, lenders give idle quota in order
-    use = [[0] * len(p.types) for _ in p.tenants]
-    for r, run in enumerate(p.running):
-        if not run.guest and r not in a.preempt:
-            use[run.tenant][run.type] += run.gpus
-    for j, (t, _) in a.starts.items():
-        use[p.pending[j].tenant][t] += p.pending[j].gpus
+    use = a.use(p)
     for t in range(len(p.types)):
         need = 0
         for i in range(len(p.tenants)):
-            excess = use[i][t] - p.quota[i][t]
+            excess = use[i][t] - p.quota[i][t] - p.kept_over[i][t]
             if excess > 0 and (i, t) in m.borrow:
                 x[m.borrow[(i, t)]] = excess
                 need += excess

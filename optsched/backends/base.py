@@ -8,6 +8,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+from optsched.objective import ObjectiveWeights
+
 if TYPE_CHECKING:
     from optsched.problem import Assignment, EpochProblem
 
@@ -39,6 +41,13 @@ class SolveParams:
     seed: int = 0
     num_workers: int = 1
     extra: dict[str, Any] = field(default_factory=dict)
+    objective: ObjectiveWeights = field(default_factory=ObjectiveWeights)
+    """The objective's weights (``[objective]`` table of a preset)."""
+    work_s: float | None = None
+    """Deterministic work budget of the solver, in nominal seconds of this machine kind: each
+    exact backend turns it into its own work limit (CP-SAT deterministic time, HiGHS nodes or
+    iterations), so the answer does not depend on the machine's load. ``time_limit_s`` stays
+    the wall-clock safety net. ``None``: the backend stops on the wall clock only."""
 
     @classmethod
     def from_toml(cls, path: str | Path) -> SolveParams:
@@ -50,10 +59,12 @@ class SolveParams:
             For an unknown top-level key, naming it.
         """
         data = tomllib.loads(Path(path).read_text())
-        allowed = {"backend", "time_limit_s", "seed", "num_workers", "extra"}
+        allowed = {"backend", "time_limit_s", "seed", "num_workers", "extra", "objective"}
         for key in data:
             if key not in allowed:
                 raise ValueError(f"{path}: unknown key '{key}' (allowed: {sorted(allowed)})")
+        if "objective" in data:
+            data["objective"] = ObjectiveWeights.from_dict(data["objective"], where=f"{path}: objective")
         return cls(**data)
 
     def with_(self, **changes: Any) -> SolveParams:

@@ -1,14 +1,20 @@
-"""The greedy policy: the warm start of the exact backends and the labelled fallback.
+"""The greedy policy: the warm start of the exact backends, the labelled fallback, and the
+fill pass that follows every solve.
 
-Pending items are taken in order of value density (reclaim items first). Each starts inside
-its tenant's quota when it can, else on capacity borrowed from tenants with idle quota (within
-``borrow_limit`` and ``lend_limit``); a reclaim item that cannot fit preempts on-loan jobs of
-other tenants on its type, cheapest per GPU first; a shareable item that cannot start alone
-becomes the MPS guest of the best candidate host. Deterministic, no randomness.
+Pending jobs are taken in order of value density (reclaim classes first), a class's members in
+their value order. Each starts inside its tenant's quota when it can, else on capacity borrowed
+from tenants with idle quota (within ``borrow_limit`` and ``lend_limit``); a reclaim job that
+cannot fit preempts on-loan jobs of other tenants on its type, cheapest per GPU first; a job
+with MPS pairs that cannot start alone becomes the guest of its best candidate host.
+Deterministic, no randomness.
+
+:func:`fill` starts, on top of any assignment, every queued job that still fits free GPUs
+within the rules (no preemption), so no decision leaves work undone that it could start.
 """
 
 from __future__ import annotations
 
+import heapq
 import time
 from typing import ClassVar
 
@@ -19,11 +25,19 @@ from optsched.problem import Assignment, EpochProblem
 class _Ledger:
     """Per-type capacity and per-tenant use, kept in step with the assignment."""
 
-    def __init__(self, p: EpochProblem) -> None:
+    def __init__(self, p: EpochProblem, a: Assignment | None = None) -> None:
         self.p = p
         self.free = [p.capacity[t] - u for t, u in enumerate(p.used())]
         self.use = p.held(own_only=False)
         self.own = p.held(own_only=True)
+        self.freed = [0] * len(p.types)
+        self.started = [0] * len(p.types)
+        if a is not None:
+            for r in a.preempt:
+                _preempt(self, p, r)
+            for c, counts in a.starts.items():
+                for (t, loan), k in counts.items():
+                    self.apply(p.pending[c].tenant, t, k * p.pending[c].gpus, not loan)
 
     def pool(self, t: int) -> int:
         """Lendable idle quota minus current borrowing on type ``t``."""
@@ -34,17 +48,18 @@ class _Ledger:
             if u < q:
                 ll = p.lend_limit[i][t]
                 total += q - u if ll is None else min(ll, q - u)
-            elif u > q:
-                total -= u - q
+            elif u > q + p.kept_over[i][t]:
+                total -= u - q - p.kept_over[i][t]
         return total
 
     def borrow_ok(self, i: int, t: int) -> bool:
         bl = self.p.borrow_limit[i][t]
-        return bl is None or self.use[i][t] - self.p.quota[i][t] <= bl
+        return bl is None or self.use[i][t] - self.p.quota[i][t] - self.p.kept_over[i][t] <= bl
 
     def apply(self, i: int, t: int, g: int, own: bool, sign: int = 1) -> None:
         self.free[t] -= sign * g
         self.use[i][t] += sign * g
+        self.started[t] += sign * g
         if own:
             self.own[i][t] += sign * g
 
@@ -52,18 +67,19 @@ class _Ledger:
         return self.free[t] >= 0 and self.pool(t) >= 0 and self.borrow_ok(i, t)
 
 
-def _try_start(ledger: _Ledger, p: EpochProblem, j: int) -> tuple[int, bool] | None:
-    it = p.pending[j]
-    order = sorted(range(len(it.types)), key=lambda k: -it.values[k])
+def _try_start(ledger: _Ledger, p: EpochProblem, c: int, own_only: bool = False) -> tuple[int, bool] | None:
+    cls = p.pending[c]
+    order = sorted(range(len(cls.types)), key=lambda k: (-cls.type_bonus[k], cls.types[k]))
     for k in order:
-        t = it.types[k]
-        for own in (True, False):
-            if own and (t not in it.own_types or ledger.own[it.tenant][t] + it.gpus > p.quota[it.tenant][t]):
+        t = cls.types[k]
+        for own in (True,) if own_only else (True, False):
+            room = p.quota[cls.tenant][t] - ledger.own[cls.tenant][t]
+            if own and (t not in cls.own_types or cls.gpus > room):
                 continue
-            ledger.apply(it.tenant, t, it.gpus, own)
-            if ledger.feasible(it.tenant, t):
+            ledger.apply(cls.tenant, t, cls.gpus, own)
+            if ledger.feasible(cls.tenant, t):
                 return (t, not own)
-            ledger.apply(it.tenant, t, it.gpus, own, sign=-1)
+            ledger.apply(cls.tenant, t, cls.gpus, own, sign=-1)
     return None
 
 
@@ -71,17 +87,31 @@ def _preempt(ledger: _Ledger, p: EpochProblem, r: int, sign: int = 1) -> None:
     run = p.running[r]
     if not run.guest:
         ledger.apply(run.tenant, run.type, run.gpus, not run.on_loan, sign=-sign)
+        ledger.started[run.type] += sign * run.gpus  # undo: a preemption is not a start
+        ledger.freed[run.type] += sign * run.gpus
 
 
-def greedy_assignment(p: EpochProblem, deadline: float | None = None) -> Assignment:
-    """The greedy plan; stops considering new items once ``deadline`` (monotonic) passes."""
-    a = Assignment()
-    ledger = _Ledger(p)
+def _members(p: EpochProblem, a: Assignment) -> list[tuple[bool, float, str, int, int]]:
+    """A heap of the next member of every class: (not reclaim, -density, job, class, rank)."""
+    heap = []
+    for c, cls in enumerate(p.pending):
+        k = a.started(c)
+        if c in a.guests or k >= len(cls.jobs):
+            continue
+        heap.append((not cls.reclaim, -cls.values[k] / cls.gpus, cls.jobs[k], c, k))
+    heapq.heapify(heap)
+    return heap
+
+
+def _run(
+    p: EpochProblem, a: Assignment, ledger: _Ledger, *, reclaim: bool, deadline: float | None
+) -> None:
     slots = [r.free_slots for r in p.running]
+    for r in list(a.guests.values()) + list(a.preempt):
+        slots[r] = 0
     guests_of: dict[int, list[int]] = {}
-    for c, cand in enumerate(p.guests):
-        guests_of.setdefault(cand.pending, []).append(c)
-    _repair(ledger, p, a)
+    for g, cand in enumerate(p.guests):
+        guests_of.setdefault(cand.pending, []).append(g)
     guests_of_host: dict[str, list[int]] = {}
     for r, run in enumerate(p.running):
         if run.host is not None:
@@ -92,28 +122,77 @@ def greedy_assignment(p: EpochProblem, deadline: float | None = None) -> Assignm
             victims.setdefault(run.type, []).append(r)
     for lst in victims.values():
         lst.sort(key=lambda r: (p.running[r].cost / p.running[r].gpus, p.running[r].job))
-    order = sorted(
-        range(len(p.pending)),
-        key=lambda j: (not p.pending[j].reclaim, -p.pending[j].density, p.pending[j].job),
-    )
-    for j in order:
+    heap = _members(p, a)
+    while heap:
         if deadline is not None and time.monotonic() > deadline:
             break
-        it = p.pending[j]
-        got = _try_start(ledger, p, j)
-        if got is None and it.reclaim:
-            got = _reclaim(ledger, p, a, j, victims, guests_of_host)
-        if got is not None:
-            a.starts[j] = got
+        later, negd, job, c, k = heapq.heappop(heap)
+        cls = p.pending[c]
+        first = cls.reclaim and not later  # reclaim priority holds for starts inside quota only
+        got = _try_start(ledger, p, c, own_only=first) if a.started(c) < cls.cap else None
+        if got is None and reclaim and first and a.started(c) < cls.cap:
+            got = _reclaim(ledger, p, a, c, victims, guests_of_host)
+        if got is None and first:  # on loan it waits its turn like any other job
+            heapq.heappush(heap, (True, negd, job, c, k))
             continue
-        for c in sorted(guests_of.get(j, []), key=lambda c: -p.guests[c].value):
-            host = p.guests[c].running
-            if host in a.preempt or slots[host] < it.gpus:
+        if got is not None:
+            a.add(c, got[0], got[1])
+            if k + 1 < len(cls.jobs):
+                nxt = (not cls.reclaim, -cls.values[k + 1] / cls.gpus, cls.jobs[k + 1], c, k + 1)
+                heapq.heappush(heap, nxt)
+            continue
+        # members of a class are alike: if this one cannot start, neither can the rest
+        for g in sorted(guests_of.get(c, []), key=lambda g: (-p.guests[g].value, g)):
+            host = p.guests[g].running
+            if slots[host] < cls.gpus or host in a.preempt:
                 continue
             slots[host] = 0  # one guest per host
-            a.guests[j] = host
+            a.guests[c] = host
             break
+
+
+def greedy_assignment(p: EpochProblem, deadline: float | None = None) -> Assignment:
+    """The greedy plan; stops considering new jobs once ``deadline`` (monotonic) passes."""
+    a = Assignment()
+    ledger = _Ledger(p)
+    _repair(ledger, p, a)
+    _run(p, a, ledger, reclaim=True, deadline=deadline)
+    _drop_unused_preemptions(p, a)
     return a
+
+
+def fill(p: EpochProblem, a: Assignment, deadline: float | None = None) -> int:
+    """Start every queued job that still fits, on top of ``a`` (no preemption); returns how
+    many jobs it started."""
+    before = sum(a.started(c) for c in a.starts) + len(a.guests)
+    _run(p, a, _Ledger(p, a), reclaim=False, deadline=deadline)
+    return sum(a.started(c) for c in a.starts) + len(a.guests) - before
+
+
+def _drop_unused_preemptions(p: EpochProblem, a: Assignment) -> None:
+    """Keep the rule that GPUs freed on a type are used there: undo reclaims whose GPUs no
+    start took (never those the on-loan deficit forces)."""
+    for t in range(len(p.types)):
+        ledger = _Ledger(p, a)
+        over = ledger.freed[t] - ledger.started[t] - p.deficit[t]
+        if over <= 0:
+            continue
+        for r in sorted(
+            (r for r in a.preempt if p.running[r].type == t and not p.running[r].guest),
+            key=lambda r: (-p.running[r].cost, p.running[r].job),
+        ):
+            run = p.running[r]
+            if run.gpus > over:
+                continue
+            trial = set(a.preempt) - {r}
+            trial -= {g for g, x in enumerate(p.running) if x.host == run.job}
+            test = Assignment(starts=a.starts, guests=a.guests, preempt=trial)
+            lt = _Ledger(p, test)
+            if lt.free[t] >= 0 and lt.pool(t) >= 0:
+                a.preempt = trial
+                over -= run.gpus
+            if over <= 0:
+                break
 
 
 def _repair(ledger: _Ledger, p: EpochProblem, a: Assignment) -> None:
@@ -145,22 +224,25 @@ def _reclaim(
     ledger: _Ledger,
     p: EpochProblem,
     a: Assignment,
-    j: int,
+    c: int,
     victims: dict[int, list[int]],
     guests_of_host: dict[str, list[int]],
 ) -> tuple[int, bool] | None:
     """Preempt on-loan jobs of other tenants (cheapest per GPU first, from the per-type lists
-    in ``victims``) until item ``j`` fits on one of its own types."""
-    it = p.pending[j]
-    for t in it.own_types:
+    in ``victims``) until a member of class ``c`` fits on one of its own types."""
+    cls = p.pending[c]
+    for t in cls.own_types:
         taken: list[int] = []
         for r in victims.get(t, []):
             run = p.running[r]
-            if run.tenant == it.tenant or r in a.preempt or r in a.guests.values():
+            if run.tenant == cls.tenant or r in a.preempt or r in a.guests.values():
                 continue
             _preempt(ledger, p, r)
             taken.append(r)
-            got = _try_start(ledger, p, j)
+            got = _try_start(ledger, p, c)
+            if got is not None and got[1]:  # on loan: no reclaim (a start on loan never preempts)
+                ledger.apply(cls.tenant, got[0], cls.gpus, False, sign=-1)
+                got = None
             if got is not None:
                 a.preempt.update(taken)
                 for v in taken:

@@ -1,13 +1,21 @@
 """CP-SAT backend: translates the neutral :class:`~optsched.formulation.LinearModel`.
 
-Objective coefficients are scaled to integers (CP-SAT needs them) with a factor chosen so the
-largest is about ``1e6``; the reported objective is recomputed in the original units. The
-greedy assignment is passed as a hint. The deadline is kept with ``max_time_in_seconds`` plus
-a timer thread that calls ``stop_search`` if the solver overshoots.
+Objective coefficients are scaled to integers (CP-SAT needs them) with the smallest factor
+that keeps every nonzero coefficient nonzero and every coefficient within 0.5 % of its value
+(:func:`integer_objective`); the reported objective is recomputed in the original units. The
+greedy assignment is passed as a hint.
+
+Determinism: the search stops on CP-SAT's *deterministic time* (``max_deterministic_time``,
+``DET_PER_S`` units per nominal second of ``params.work_s``), with a fixed worker count
+(interleaved in one thread, so the order of work never depends on the machine's load) and a
+fixed seed, so the same problem gives the same answer on an idle or a loaded machine. The wall
+clock (``max_time_in_seconds`` plus a timer that calls ``stop_search``) is only a safety net;
+when it stops the search the result's ``detail`` says ``wall-clock limit hit``.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 import warnings
@@ -18,7 +26,15 @@ from optsched.errors import NumericScaleWarning
 from optsched.formulation import build_model, from_assignment, is_feasible, solved
 from optsched.problem import Assignment, EpochProblem
 
-SCALE_TARGET = 1e6
+DET_PER_S = 1.0
+"""CP-SAT deterministic time units per nominal second of work (calibrated in
+``docs/benchmarks.md``: on this machine kind one unit takes about a second of wall time at Venus
+size with the interleaved workers below)."""
+WORKERS = 4
+"""Interleaved search workers (one thread; deterministic)."""
+MAX_SCALED = 2**50
+"""Largest scaled coefficient we accept (CP-SAT's objective is int64)."""
+REL_PRECISION = 0.005
 ALLOWED_EXTRA = {
     "num_search_workers",
     "linearization_level",
@@ -33,6 +49,8 @@ ALLOWED_EXTRA = {
     "fix_variables_to_their_hinted_value",
     "use_lns_only",
     "stop_after_first_solution",
+    "max_deterministic_time",
+    "num_workers",
 }
 
 
@@ -55,6 +73,29 @@ def check_extra(extra: dict[str, Any], allowed: set[str], backend: str) -> None:
             raise ValueError(
                 f"solver option '{key}' is not a known {backend} parameter (allowed: {sorted(allowed)})"
             )
+
+
+def integer_objective(coefs: list[float]) -> tuple[list[int], float, str | None]:
+    """Integer coefficients ``round(c * scale)`` and ``scale``.
+
+    ``scale`` is the smallest power of two that keeps every nonzero coefficient nonzero and
+    within ``REL_PRECISION`` of its value; if that would pass ``MAX_SCALED``, the largest
+    admissible scale is used and the returned message says how many coefficients were lost.
+    """
+    nonzero = [abs(c) for c in coefs if c != 0]
+    if not nonzero:
+        return [0] * len(coefs), 1.0, None
+    smallest, biggest = min(nonzero), max(nonzero)
+    need = 1.0 / (REL_PRECISION * smallest)
+    scale = 2.0 ** math.ceil(math.log2(need))
+    msg = None
+    if biggest * scale > MAX_SCALED:
+        scale = 2.0 ** math.floor(math.log2(MAX_SCALED / biggest))
+    ints = [round(c * scale) for c in coefs]
+    lost = sum(1 for c, k in zip(coefs, ints, strict=True) if c != 0 and k == 0)
+    if lost:
+        msg = f"objective coefficients span {biggest / smallest:.1e}: {lost} rounded to zero"
+    return ints, scale, msg
 
 
 class CpSatBackend:
@@ -86,16 +127,14 @@ class CpSatBackend:
                 model.add(expr >= int(row.lo))
             else:
                 model.add_linear_constraint(expr, int(row.lo), int(row.hi))
-        biggest = max((abs(c) for c in lin.obj), default=1.0) or 1.0
-        smallest = min((abs(c) for c in lin.obj if c != 0), default=1.0)
-        if biggest / smallest > 1e9:
-            warnings.warn(
-                f"objective coefficients span {biggest / smallest:.1e}; small ones are lost",
-                NumericScaleWarning,
-                stacklevel=2,
-            )
-        scale = SCALE_TARGET / biggest
-        model.maximize(sum(round(c * scale) * xs[k] for k, c in enumerate(lin.obj) if round(c * scale) != 0))
+        ints, scale, lost = integer_objective(lin.obj)
+        if lost:
+            warnings.warn(lost, NumericScaleWarning, stacklevel=2)
+        model.maximize(sum(k * xs[v] for v, k in enumerate(ints) if k != 0))
+        rounding = sum(
+            abs(c * scale - k) * max(abs(lin.lb[v]), abs(lin.ub[v]))
+            for v, (c, k) in enumerate(zip(lin.obj, ints, strict=True))
+        )
         if hint is not None:
             x0 = from_assignment(lin, problem, hint)
             if is_feasible(lin, x0):
@@ -104,12 +143,25 @@ class CpSatBackend:
         solver = cp_model.CpSolver()
         budget = max(0.01, params.time_limit_s - (time.monotonic() - t0))
         solver.parameters.max_time_in_seconds = budget
-        solver.parameters.num_workers = max(1, params.num_workers)
+        if params.work_s is not None:
+            solver.parameters.max_deterministic_time = max(0.001, params.work_s * DET_PER_S)
+        workers = max(1, params.num_workers)
+        if workers == 1:
+            solver.parameters.num_workers = WORKERS
+            solver.parameters.interleave_search = True
+        else:  # parallel threads: faster on many cores, not reproducible under load
+            solver.parameters.num_workers = workers
         solver.parameters.random_seed = params.seed
         solver.parameters.relative_gap_limit = 1e-4
         for key, value in params.extra.items():
             setattr(solver.parameters, key, value)
-        timer = threading.Timer(budget + 0.05, solver.stop_search)
+        stopped = threading.Event()
+
+        def stop() -> None:
+            stopped.set()
+            solver.stop_search()
+
+        timer = threading.Timer(budget + 0.05, stop)
         timer.daemon = True
         timer.start()
         try:
@@ -118,8 +170,17 @@ class CpSatBackend:
             timer.cancel()
         status = map_status(code)
         seconds = time.monotonic() - t0
+        wall = stopped.is_set() or (
+            status not in (SolveStatus.OPTIMAL, SolveStatus.INFEASIBLE)
+            and solver.wall_time >= budget * 0.999
+            and (params.work_s is None or solver.deterministic_time < params.work_s * DET_PER_S * 0.999)
+        )
+        detail = solver.status_name(code) + (" (wall-clock limit hit)" if wall else "")
+        detail += f"; deterministic time {solver.deterministic_time:.3f}"
+        if lost:
+            detail += f"; {lost}"
         if status not in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE):
-            return SolveResult(status, self.name, seconds, detail=solver.status_name(code))
+            return SolveResult(status, self.name, seconds, detail=detail)
         values = [solver.value(x) for x in xs]
         return solved(
             lin,
@@ -128,6 +189,7 @@ class CpSatBackend:
             status,
             self.name,
             seconds,
-            solver.best_objective_bound / scale,
-            solver.status_name(code),
+            # a valid bound in original units: the scaled bound plus the largest rounding error
+            (solver.best_objective_bound + rounding) / scale,
+            detail,
         )

@@ -1,0 +1,321 @@
+"""Candidate generation: what the epoch's model may choose from, capacity-aware and complete.
+
+``build_problem`` turns a validated :class:`~optsched.state.ClusterState`, the predictions and
+the assurance signal into an :class:`~optsched.problem.EpochProblem`:
+
+* **pending classes**: every pending job is a member of one class of interchangeable jobs
+  (tenant, gang size, allowed types, QoS); members are sorted by value and the class may start
+  at most ``cap`` of them, the number its gang size fits into the GPUs that could ever be free
+  (capacity of its allowed types minus GPUs held by jobs that must keep running). Since members
+  differ only in value, some optimal solution starts a prefix of each class, so the classes
+  lose nothing: the model is the whole problem at any size.
+* **running items**: kept running jobs, with the cost of preempting those that may be stopped;
+* **guest candidates**: (pending shareable job, running shareable host) pairs on MPS types
+  whose predicted memories fit and whose predicted host slowdown is within the host tenant's
+  assurance-driven limit. A job with guest candidates forms a class of its own, since its
+  pairs are its own.
+* **over-quota use** (amended invariant 4): GPUs running above quota without a loan that no
+  lender can cover keep running; the tenant's classes may not add to them on that type.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from optsched import assurance as asr
+from optsched.objective import DEFAULT_WEIGHTS, ObjectiveWeights, job_value, preemption_cost
+from optsched.predict.base import Predictions, Predictor
+from optsched.problem import EpochProblem, GuestCandidate, PendingClass, RunningItem
+from optsched.state import ClusterState
+
+MAX_GUEST_JOBS = 256
+"""Pending shareable jobs (highest value first) whose MPS pairs are scored; if more exist, the
+problem is marked incomplete (the decision is then never labelled optimal)."""
+MAX_HOSTS_PER_GUEST = 6
+MAX_HOSTS_SCANNED = 48
+"""Per guest job, at most this many hosts (most memory room first) get a pair prediction."""
+
+ClassKey = tuple[int, int, tuple[int, ...], bool, str]
+
+
+def build_problem(
+    state: ClusterState,
+    predictions: Predictions,
+    predictor: Predictor,
+    signal: dict[str, asr.TenantAssurance],
+    weights: ObjectiveWeights = DEFAULT_WEIGHTS,
+) -> EpochProblem:
+    """Score the candidates of one epoch (every pending job is kept)."""
+    w = weights
+    snap = state.snapshot
+    types = state.type_names
+    tindex = {t: k for k, t in enumerate(types)}
+    cap_map = state.capacity()
+    capacity = tuple(cap_map[t] for t in types)
+    speeds = [snap.gpu_types[t].speed for t in types]
+    max_speed, min_speed = max(speeds), min(speeds)
+    ten_ids = state.tenant_ids
+    nt, nk = len(types), len(ten_ids)
+    quota = tuple(tuple(state.quota(i, t) for t in types) for i in ten_ids)
+    borrow = tuple(tuple(state.borrow_limit(i, t) for t in types) for i in ten_ids)
+    lend = tuple(tuple(state.lend_limit(i, t) for t in types) for i in ten_ids)
+    tweights = tuple(
+        asr.tenant_weight(snap.tenants[k].weight, signal[i].value) for k, i in enumerate(ten_ids)
+    )
+    node_type = {n.id: tindex[n.gpu_type] for n in snap.nodes}
+    node_ok = {n.id: n.available for n in snap.nodes}
+
+    # running jobs -------------------------------------------------------------------
+    running: list[RunningItem] = []
+    forced: list[str] = []
+    evicted: list[str] = []
+    guest_on: dict[str, int] = defaultdict(int)  # host id -> GPUs already shared
+    for guest_id, its_host in state.host_of.items():
+        guest_on[its_host] += state.job(guest_id).gpus
+    share_limit = {i: asr.max_host_slowdown(signal[i].value) for i in ten_ids}
+    max_cost = 0.0
+    for job in state.running():
+        assert job.allocation is not None
+        if any(not node_ok[r.node] for r in job.allocation):
+            forced.append(job.id)
+            continue
+        host_id = state.host_of.get(job.id)
+        if host_id is not None and share_limit[state.job(host_id).tenant] <= 0.0:
+            evicted.append(job.id)
+            continue
+        k = state.tenant_index[job.tenant]
+        t = node_type[job.allocation[0].node]
+        guest = host_id is not None
+        guaranteed = job.qos == "guaranteed"
+        candidate = job.on_loan or guest or (job.is_preemptible and not guaranteed)
+        est = predictions.jobs[job.id]
+        elapsed = snap.now - (job.start_s if job.start_s is not None else snap.now)
+        remaining = max(0.0, est.runtime_s - elapsed)
+        lost = job.restart_cost_s
+        cost = preemption_cost(w, tweights[k], job.gpus, guaranteed, lost, remaining)
+        max_cost = max(max_cost, cost)
+        slots = 0
+        if not guest and job.is_shareable and snap.gpu_types[types[t]].mps:
+            slots = 0 if guest_on.get(job.id, 0) else job.gpus  # MPS *pairs*: one guest a host
+        running.append(
+            RunningItem(
+                job.id, k, t, job.gpus, job.on_loan, guest, candidate, cost, lost, slots, host=host_id
+            )
+        )
+
+    held_all = [[0] * nt for _ in range(nk)]
+    held_own = [[0] * nt for _ in range(nk)]
+    fixed = [0] * nt  # GPUs held by jobs that must keep running
+    for r in running:
+        if r.guest:
+            continue
+        held_all[r.tenant][r.type] += r.gpus
+        if not r.on_loan:
+            held_own[r.tenant][r.type] += r.gpus
+        if not r.candidate:
+            fixed[r.type] += r.gpus
+    kept_over, short, over_notes = _over_quota(held_all, held_own, quota, borrow, lend, ten_ids, types)
+    # where lenders cannot cover all on-loan use, some on-loan jobs must stop whatever starts;
+    # which ones is the model's choice, so any of them may free GPUs that nothing uses
+    on_loan_gpus = [0] * nt
+    for r in running:
+        if r.on_loan and not r.guest:
+            on_loan_gpus[r.type] += r.gpus
+    deficit = tuple(on_loan_gpus[t] if short[t] > 0 else 0 for t in range(nt))
+
+    # pending jobs: values, then classes -----------------------------------------------
+    density: dict[str, float] = {}
+    unplaceable: list[str] = []
+    members: dict[ClassKey, list[tuple[float, float, str]]] = defaultdict(list)
+    memory: dict[str, float] = {}
+    shareable_jobs: list[tuple[float, str, ClassKey]] = []
+    for job in state.pending():
+        k = state.tenant_index[job.tenant]
+        allowed = tuple(
+            sorted(
+                tindex[t]
+                for t in state.allowed_types(job)
+                if capacity[tindex[t]] >= job.gpus and kept_over[k][tindex[t]] == 0
+            )
+        )
+        est = predictions.jobs[job.id]
+        d, _ = asr.max_delay(state, job.tenant)
+        guaranteed = job.qos == "guaranteed"
+        v = job_value(w, tweights[k], job.gpus, guaranteed, snap.now - job.submit_s, d, est.runtime_s)
+        density[job.id] = v / job.gpus
+        if not allowed:
+            unplaceable.append(job.id)
+            continue
+        key: ClassKey = (k, job.gpus, allowed, guaranteed, "")
+        memory[job.id] = est.memory_gib
+        if job.is_shareable and any(snap.gpu_types[types[t]].mps for t in allowed):
+            shareable_jobs.append((-v, job.id, key))
+        members[key].append((-v, job.submit_s, job.id))
+
+    # guest candidates (pairs), scored for the most valuable shareable jobs --------------------
+    hosts = sorted(
+        (
+            (ri, r)
+            for ri, r in enumerate(running)
+            if r.free_slots > 0 and share_limit[ten_ids[r.tenant]] > 0
+        ),
+        key=lambda x: (predictions.jobs[x[1].job].memory_gib, x[1].job),
+    )
+    shareable_jobs.sort()
+    complete = len(shareable_jobs) <= MAX_GUEST_JOBS or not hosts
+    notes = list(over_notes)
+    if not complete:
+        notes.append(
+            f"MPS pairs scored for the {MAX_GUEST_JOBS} most valuable of {len(shareable_jobs)} "
+            "shareable pending jobs"
+        )
+    pair_rows: dict[str, list[tuple[int, float, float, float]]] = {}
+    for negv, jid, key in shareable_jobs[:MAX_GUEST_JOBS] if hosts else []:
+        gjob = state.job(jid)
+        v = -negv
+        found: list[tuple[int, float, float, float]] = []
+        scanned = 0
+        for ri, r in hosts:
+            if scanned >= MAX_HOSTS_SCANNED:
+                break
+            if r.type not in key[2] or r.free_slots < gjob.gpus:
+                continue
+            mem_cap = snap.gpu_types[types[r.type]].memory_gib
+            if memory[jid] + predictions.jobs[r.job].memory_gib > mem_cap:
+                continue
+            scanned += 1
+            pair = predictor.predict_pair(state, state.job(r.job), gjob)
+            if 1.0 - pair.host_speed > share_limit[ten_ids[r.tenant]] or pair.guest_speed < w.min_guest_speed:
+                continue
+            penalty = tweights[r.tenant] * r.gpus * (1.0 - pair.host_speed) * w.guest_interference
+            gv = v * pair.guest_speed - penalty
+            if gv > 0:
+                found.append((ri, gv, pair.host_speed, pair.guest_speed))
+        if found:
+            found.sort(key=lambda f: (-f[1], running[f[0]].job))
+            pair_rows[jid] = found[:MAX_HOSTS_PER_GUEST]
+            # a job with pairs of its own is a class of its own
+            members[key] = [m for m in members[key] if m[2] != jid]
+            members[(key[0], key[1], key[2], key[3], jid)] = [(negv, gjob.submit_s, jid)]
+
+    # classes ----------------------------------------------------------------------------
+    reclaim_bonus = 2.0 * max_cost + 1.0
+    classes: list[PendingClass] = []
+    guests: list[GuestCandidate] = []
+    spread = max_speed - min_speed
+    for key in sorted(members, key=lambda x: (x[0], x[1], x[2], x[3], x[4])):
+        mem = sorted(members[key])
+        if not mem:
+            continue
+        k, gpus, allowed, guaranteed, single = key
+        own_types = tuple(t for t in allowed if held_own[k][t] + gpus <= quota[k][t])
+        reclaim = guaranteed and signal[ten_ids[k]].reclaim and bool(own_types)
+        bonus = reclaim_bonus if reclaim else 0.0
+        values = tuple(-m[0] for m in mem)  # the reclaim bonus is earned inside quota only
+        room = sum(capacity[t] - fixed[t] for t in allowed)
+        cap = min(len(mem), max(0, room) // gpus)
+        head = values[0]
+        type_bonus = tuple(
+            w.type_preference * head * ((speeds[t] - min_speed) / spread if spread > 0 else 0.0)
+            for t in allowed
+        )
+        ci = len(classes)
+        jobs = tuple(m[2] for m in mem)
+        classes.append(
+            PendingClass(
+                tenant=k,
+                gpus=gpus,
+                types=allowed,
+                own_types=own_types,
+                jobs=jobs,
+                values=values,
+                cap=cap,
+                type_bonus=type_bonus,
+                loan_penalty=w.loan_penalty * head,
+                guaranteed=guaranteed,
+                reclaim=reclaim,
+                shareable=bool(single),
+                memory_gib=max(memory[j] for j in jobs),
+            )
+        )
+        for ri, gv, hs, gs in pair_rows.get(single, []) if single else []:
+            guests.append(GuestCandidate(ci, ri, gv + bonus, hs, gs))
+
+    return EpochProblem(
+        types=types,
+        tenants=ten_ids,
+        capacity=capacity,
+        quota=quota,
+        borrow_limit=borrow,
+        lend_limit=lend,
+        pending=tuple(classes),
+        running=tuple(running),
+        guests=tuple(guests),
+        forced=tuple(forced),
+        evicted=tuple(evicted),
+        density=density,
+        unplaceable=tuple(unplaceable),
+        kept_over=kept_over,
+        deficit=deficit,
+        reclaim_bonus=reclaim_bonus,
+        weights=tweights,
+        objective=w,
+        complete=complete,
+        bound_slack=sum(-negv for negv, _, _ in shareable_jobs[MAX_GUEST_JOBS:]) if not complete else 0.0,
+        notes=tuple(notes),
+    )
+
+
+def _over_quota(
+    held_all: list[list[int]],
+    held_own: list[list[int]],
+    quota: tuple[tuple[int, ...], ...],
+    borrow: tuple[tuple[int | None, ...], ...],
+    lend: tuple[tuple[int | None, ...], ...],
+    tenants: tuple[str, ...],
+    types: tuple[str, ...],
+) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...], list[str]]:
+    """Over-quota use the lenders cannot cover, per tenant and type, and the on-loan deficit.
+
+    Lenders' idle quota (capped by ``lend_limit``) covers first the use running above quota
+    without a loan (tenants in snapshot order, each within its ``borrow_limit``); what stays
+    uncovered is *kept over quota* (amended invariant 4). What is left covers on-loan use; the
+    rest of the on-loan use is the *deficit*: those jobs must be reclaimed, whatever starts.
+    """
+    nk, nt = len(tenants), len(types)
+    kept = [[0] * nt for _ in range(nk)]
+    deficit = [0] * nt
+    notes: list[str] = []
+    for t in range(nt):
+        pool = 0
+        for i in range(nk):
+            idle = quota[i][t] - held_all[i][t]
+            if idle > 0:
+                lim = lend[i][t]
+                pool += idle if lim is None else min(idle, lim)
+        room: list[int] = []
+        for i in range(nk):
+            bl = borrow[i][t]
+            room.append(1 << 60 if bl is None else bl)
+        for i in range(nk):
+            over = held_own[i][t] - quota[i][t]
+            if over <= 0:
+                continue
+            cover = min(over, pool, room[i])
+            pool -= cover
+            room[i] -= cover
+            kept[i][t] = over - cover
+            if kept[i][t] > 0:
+                notes.append(
+                    f"tenant {tenants[i]} runs {kept[i][t]} '{types[t]}' GPUs above its quota with no "
+                    "lender to cover them: they keep running, nothing starts on top of them"
+                )
+        for i in range(nk):
+            on_loan = held_all[i][t] - max(held_own[i][t], quota[i][t])
+            if on_loan <= 0:
+                continue
+            cover = min(on_loan, pool, room[i])
+            pool -= cover
+            room[i] -= cover
+            deficit[t] += on_loan - cover
+    return tuple(tuple(r) for r in kept), tuple(deficit), notes
