@@ -12,6 +12,7 @@ from typing import Any
 from optsched.errors import BackendUnavailableError
 
 BACKENDS: dict[str, str] = {
+    "highs": "optsched.backends.highs:HighsBackend",
     "cpsat": "optsched.backends.cpsat.backend:CpSatBackend",
     "milp": "optsched.backends.milp.backend:MilpBackend",
     "greedy": "optsched.backends.greedy:GreedyBackend",
@@ -20,6 +21,7 @@ BACKENDS: dict[str, str] = {
 
 _EXTRA = {
     "cpsat": "ortools (core dependency)",
+    "highs": "ortools (core dependency; HiGHS is bundled with it)",
     "milp": "the 'milp' extra: pip install optsched[milp]",
     "pulp": "the 'pulp' extra: pip install optsched[pulp]",
 }

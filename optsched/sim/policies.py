@@ -555,7 +555,7 @@ class OraclePredictor:
 class OptschedPolicy:
     """The engine: :func:`optsched.solve_epoch` with a backend, time limit and predictor.
 
-    ``backend="auto"`` asks the engine's :func:`optsched.epoch.default_backend` each epoch;
+    ``backend="auto"`` is the engine's one default backend (:data:`optsched.epoch.DEFAULT_BACKEND`);
     ``predictor`` is ``trained`` (the engine's default: shipped models when present),
     ``fallback`` (the snapshot's estimates only) or ``oracle`` (:class:`OraclePredictor`).
     """
@@ -584,11 +584,11 @@ class OptschedPolicy:
         # "trained": None lets solve_epoch use its default (trained models when present)
 
     def decide(self, snapshot: Snapshot, state: ClusterState) -> Decision:
-        from optsched.epoch import default_backend, solve_epoch
+        from optsched.epoch import DEFAULT_BACKEND, solve_epoch
 
         params = self.params
         if params.backend == "auto":
-            params = params.with_(backend=default_backend(snapshot))
+            params = params.with_(backend=DEFAULT_BACKEND)
         # the state is already validated: solve_epoch accepts it as is
         return solve_epoch(state, params=params, predictor=self.predictor)
 
