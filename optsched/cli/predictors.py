@@ -1,7 +1,7 @@
 """``optsched train`` and ``optsched predictors evaluate``.
 
 :func:`register` adds both to the main Typer app. Trace paths default to
-:func:`optsched.traces.require_traces_dir`.
+:func:`optsched.sim.paths.require_traces_dir`.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def _progress(total: int, console: Console) -> Iterator[Progress]:
 
 
 def _traces(path: Path | None) -> Path:
-    from optsched.traces import require_traces_dir
+    from optsched.sim.paths import require_traces_dir
 
     try:
         return require_traces_dir(path)

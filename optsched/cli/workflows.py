@@ -75,7 +75,7 @@ def _experiment(
     from optsched.workflows.sim import SimConfig
 
     if arrivals == "azure-code":
-        from optsched.traces import require_traces_dir
+        from optsched.sim.paths import require_traces_dir
 
         try:
             traces = require_traces_dir(traces)
@@ -245,7 +245,7 @@ def calibrate(
     seed: int = 0,
 ) -> None:
     """Refit the predictor's coefficient table from the traces and print its held-out card."""
-    from optsched.traces import require_traces_dir
+    from optsched.sim.paths import require_traces_dir
     from optsched.workflows.calibrate import calibrate as fit
     from optsched.workflows.calibrate import write_table
 

@@ -23,7 +23,7 @@ node_num, state, submit_time, duration, dataset, model, batchsize, amp, speed, g
 gmem_util, gmem``),
 a ``vc_config.csv`` (nodes per VC) and the estimates file. Every number is synthetic.
 
-Rebuild the shipped files with ``python -m optsched.sim.generate optsched/sim/data``.
+Rebuild the shipped files with ``python -m optsched.sim.mini_trace optsched/sim/data``.
 """
 
 from __future__ import annotations

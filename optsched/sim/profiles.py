@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from optsched.traces import default_traces_dir
+from optsched.sim.paths import default_traces_dir
 
 ProfileKey = tuple[str, str, int, int]
 """``(model, dataset, batchsize, amp)``."""
@@ -170,7 +170,7 @@ def load_lucid(lucid_dir: str | Path) -> Interference:
 
 def find_lucid_dir(trace_path: str | Path | None) -> Path | None:
     """The Lucid folder for a trace file: ``lucid_venus/`` next to the trace's folder (the
-    traces path), else the default traces path's (:func:`optsched.traces.default_traces_dir`)."""
+    traces path), else the default traces path's (:func:`optsched.sim.paths.default_traces_dir`)."""
     if trace_path is not None:
         p = Path(trace_path)
         for base in (p.parent, p.parent.parent):

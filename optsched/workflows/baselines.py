@@ -28,7 +28,7 @@ from optsched.state import ClusterState
 from optsched.workflows.greedy import OURS_GREEDY, ListPolicy, list_schedule
 from optsched.workflows.names import ALL_POLICIES
 from optsched.workflows.planner import PlannerConfig, plan_workflows
-from optsched.workflows.problem import build_problem
+from optsched.workflows.problem import build_workflow_problem
 
 Policy = Callable[[ClusterState, float, int], WorkflowPlan]
 
@@ -45,7 +45,7 @@ LIST_POLICIES: dict[str, ListPolicy] = {
 def list_policy(policy: ListPolicy) -> Policy:
     def run(state: ClusterState, time_limit_s: float, seed: int) -> WorkflowPlan:
         del time_limit_s, seed  # deterministic and fast
-        prob = build_problem(state, fusion=policy.fusion)
+        prob = build_workflow_problem(state, fusion=policy.fusion)
         if not prob.acts:
             return WorkflowPlan(status="feasible")
         return list_schedule(prob, policy).to_plan(prob, "feasible", [policy.name])

@@ -247,11 +247,11 @@ def load_sweep(
     exp: Experiment, speedups: Sequence[float], progress: Callable[[str], None] | None = None
 ) -> dict[str, Any]:
     """The comparison at several loading bandwidths (sub-second to tens of seconds)."""
-    from optsched.workflows.predictor import Predictor
+    from optsched.workflows.predictor import ActivationPredictor
     from optsched.workflows.problem import model_spec
     from optsched.workflows.workloads import MODELS
 
-    pred = Predictor.default()
+    pred = ActivationPredictor.default()
     rows = []
     for sp in speedups:
         sim = SimConfig(**{**exp.sim.__dict__, "load_speedup": sp})

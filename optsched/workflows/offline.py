@@ -14,7 +14,7 @@ from optsched.schema.decision import WorkflowPlan
 from optsched.state import ClusterState
 from optsched.workflows.greedy import OURS_GREEDY, list_schedule
 from optsched.workflows.planner import SCALE, PlannerConfig, _solve_window
-from optsched.workflows.problem import _forecast, build_problem
+from optsched.workflows.problem import _forecast, build_workflow_problem
 from optsched.workflows.sim import SimConfig, Simulator
 from optsched.workflows.workloads import SessionSpec
 
@@ -42,7 +42,7 @@ def offline_bound(
     t0 = min(s.arrival_s for s in sessions)
     t_last = max(s.arrival_s for s in sessions)
     state = ClusterState.from_snapshot(sim.snapshot(t_last))
-    prob = build_problem(state, sim.pred)
+    prob = build_workflow_problem(state, sim.pred)
     prob.now = t0
     for d in prob.devices:
         d.free_at = t0

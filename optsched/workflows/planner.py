@@ -2,7 +2,7 @@ r"""The workflow planner: one CP-SAT model per epoch over a rolling window, gree
 
 :func:`plan_workflows` is what :func:`optsched.epoch.solve_epoch` calls. Steps:
 
-1. :func:`~optsched.workflows.problem.build_problem` — predictor, constructor (fusion
+1. :func:`~optsched.workflows.problem.build_workflow_problem` — predictor, constructor (fusion
    alternatives), DAG forecast (release times, ranks, model demand).
 2. The greedy list schedule (:data:`~optsched.workflows.greedy.OURS_GREEDY`: shortest remaining
    session work first, earliest finish with setup, load-ahead, demand-aware eviction). It is
@@ -55,8 +55,8 @@ from optsched.workflows.greedy import (
     Schedule,
     list_schedule,
 )
-from optsched.workflows.predictor import Predictor
-from optsched.workflows.problem import ActKey, Cand, Problem, build_problem
+from optsched.workflows.predictor import ActivationPredictor
+from optsched.workflows.problem import ActKey, Cand, Problem, build_workflow_problem
 
 SCALE = 100
 """CP-SAT time unit: 1/100 s."""
@@ -114,14 +114,14 @@ def plan_workflows(
     *,
     time_limit_s: float,
     seed: int = 0,
-    predictor: Predictor | None = None,
+    predictor: ActivationPredictor | None = None,
     config: PlannerConfig | None = None,
 ) -> WorkflowPlan:
     """Plan every pending activation of ``state``; always returns a plan passing invariant 6."""
     t0 = time.monotonic()
     deadline = t0 + max(0.0, time_limit_s)
     cfg = config or PlannerConfig()
-    prob = build_problem(state, predictor, fusion=cfg.fusion)
+    prob = build_workflow_problem(state, predictor, fusion=cfg.fusion)
     if not prob.acts:
         return WorkflowPlan(status="optimal", notes=["no pending activation"])
     greedy_policy = replace(OURS_GREEDY, fusion=cfg.fusion)

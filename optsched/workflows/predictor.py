@@ -66,7 +66,7 @@ class ModelSpec:
         return 0.05e-3 * math.sqrt(self.params_b)
 
 
-class Predictor:
+class ActivationPredictor:
     """Latency, memory and load time per (model, GPU type), from a coefficient table."""
 
     def __init__(self, table: dict[str, Any]) -> None:
@@ -82,12 +82,12 @@ class Predictor:
 
     # ---------------------------------------------------------------- construction
     @classmethod
-    def default(cls) -> Predictor:
+    def default(cls) -> ActivationPredictor:
         """The shipped calibration."""
         return cls(_shipped_table())
 
     @classmethod
-    def from_json(cls, path: str | Path) -> Predictor:
+    def from_json(cls, path: str | Path) -> ActivationPredictor:
         return cls(json.loads(Path(path).read_text()))
 
     def coeffs(self, gpu_type: str) -> TypeCoeffs:

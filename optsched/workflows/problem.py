@@ -1,9 +1,9 @@
 """The workflow sub-problem of one epoch, built from a :class:`ClusterState`.
 
-:func:`build_problem` turns the ``workflows`` part of a snapshot into index-friendly records:
-pool devices (type, memory, when free, resident models), pending activations with their
-dependencies, the constructor's unit alternatives (:mod:`optsched.workflows.construct`) and the
-predicted duration of every alternative on every GPU type. It also propagates the DAGs
+:func:`build_workflow_problem` turns the ``workflows`` part of a snapshot into index-friendly
+records: pool devices (type, memory, when free, resident models), pending activations with
+their dependencies, the constructor's unit alternatives (:mod:`optsched.workflows.construct`)
+and the predicted duration of every alternative on every GPU type. It also propagates the DAGs
 (networkx) to forecast readiness (``release``), upward ranks and future model demand.
 """
 
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from optsched.state import ClusterState, GpuKey
 from optsched.workflows.check import device_free_at, model_load_s
 from optsched.workflows.construct import Act, ActKey, Cand, alternatives
-from optsched.workflows.predictor import GIB_TO_GB, KV_RESERVE, ModelSpec, Predictor
+from optsched.workflows.predictor import GIB_TO_GB, KV_RESERVE, ActivationPredictor, ModelSpec
 
 
 @dataclass
@@ -68,7 +68,9 @@ def model_spec(params_b: float | None, memory_gib: float) -> ModelSpec:
     return ModelSpec(params_b=params_b, memory_gib=memory_gib)
 
 
-def unit_seconds(pred: Predictor, spec: ModelSpec, members: list[tuple[int, int, bool]], gtype: str) -> float:
+def unit_seconds(
+    pred: ActivationPredictor, spec: ModelSpec, members: list[tuple[int, int, bool]], gtype: str
+) -> float:
     """Duration of a unit: ``members`` are (input, output, depends_on_previous) in order.
 
     Consecutive members that do not depend on the previous one form a *wave* that runs as one
@@ -98,11 +100,15 @@ def unit_seconds(pred: Predictor, spec: ModelSpec, members: list[tuple[int, int,
     return max(total, 1e-3)
 
 
-def build_problem(
-    state: ClusterState, pred: Predictor | None = None, *, fusion: bool = True, max_group: int = 4
+def build_workflow_problem(
+    state: ClusterState,
+    pred: ActivationPredictor | None = None,
+    *,
+    fusion: bool = True,
+    max_group: int = 4,
 ) -> Problem:
     """Read the workflow part of ``state`` and run the constructor and the DAG forecast."""
-    pred = pred or Predictor.default()
+    pred = pred or ActivationPredictor.default()
     snap = state.snapshot
     wf = snap.workflows
     assert wf is not None, "snapshot has no workflows"
@@ -194,7 +200,7 @@ def build_problem(
     return prob
 
 
-def _forecast(prob: Problem, pred: Predictor) -> None:
+def _forecast(prob: Problem, pred: ActivationPredictor) -> None:
     """DAG propagation: upward ranks, readiness forecast and future model demand."""
     import networkx as nx
 

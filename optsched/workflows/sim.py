@@ -33,7 +33,7 @@ from optsched.schema.decision import Unit, WorkflowPlan
 from optsched.schema.snapshot import Snapshot
 from optsched.state import ClusterState
 from optsched.workflows.check import check_workflow_plan
-from optsched.workflows.predictor import ModelSpec, Predictor
+from optsched.workflows.predictor import ActivationPredictor, ModelSpec
 from optsched.workflows.problem import model_spec, unit_seconds
 from optsched.workflows.workloads import MODELS, POOL, SessionSpec
 
@@ -125,7 +125,7 @@ class Simulator:
         name: str,
         seed: int = 0,
         config: SimConfig | None = None,
-        predictor: Predictor | None = None,
+        predictor: ActivationPredictor | None = None,
         capture_at: float | None = None,
     ) -> None:
         self.cfg = config or SimConfig()
@@ -135,7 +135,7 @@ class Simulator:
         self.policy = policy
         self.name = name
         self.seed = seed
-        self.pred = predictor or Predictor.default()
+        self.pred = predictor or ActivationPredictor.default()
         rng = np.random.default_rng([seed, 101])
         self.type_factor = {t: float(rng.lognormal(0.0, self.cfg.type_sigma)) for t, _ in self.cfg.pool}
         self.noise_rng = np.random.default_rng([seed, 202])

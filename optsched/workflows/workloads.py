@@ -261,7 +261,7 @@ def arrivals(kind: str, n: int, window_s: float, seed: int, traces: Path | None 
     """Arrival times for ``n`` sessions. ``azure-code`` needs ``traces`` (a folder or the CSV)."""
     if kind == "azure-code":
         if traces is None:
-            from optsched.traces import require_traces_dir
+            from optsched.sim.paths import require_traces_dir
 
             traces = require_traces_dir()
         return burst_window(read_azure_code(traces), n, seed, window_s)

@@ -1,4 +1,4 @@
-"""Predictor: shipped table, physical monotonicity, roofline types, calibration from traces."""
+"""The activation predictor: shipped table, physical monotonicity, roofline types, calibration from traces."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 
 from optsched.workflows.calibrate import calibrate
-from optsched.workflows.predictor import ModelSpec, Predictor, resolve_type
+from optsched.workflows.predictor import ActivationPredictor, ModelSpec, resolve_type
 
 SPEC_8B = ModelSpec(params_b=8.0, memory_gib=18.5)
 SPEC_70B = ModelSpec(params_b=70.6, memory_gib=43.0)
 
 
 def test_shipped_table_has_table_and_roofline_types() -> None:
-    p = Predictor.default()
+    p = ActivationPredictor.default()
     sources = {t: c.source for t, c in p.types.items()}
     assert sources["h100"] == "table:vidur" and sources["a100"] == "table:vidur"
     assert sources["l40s"] == "roofline" and sources["a10g"] == "roofline"
@@ -25,7 +25,7 @@ def test_shipped_table_has_table_and_roofline_types() -> None:
 
 
 def test_latency_is_monotone_and_faster_on_faster_gpus() -> None:
-    p = Predictor.default()
+    p = ActivationPredictor.default()
     for t in ("h100", "a100", "l40s", "a10g"):
         assert p.latency_s(SPEC_8B, 1000, 200, t) < p.latency_s(SPEC_8B, 2000, 200, t)
         assert p.latency_s(SPEC_8B, 1000, 200, t) < p.latency_s(SPEC_8B, 1000, 400, t)
@@ -37,27 +37,27 @@ def test_latency_is_monotone_and_faster_on_faster_gpus() -> None:
 def test_decode_time_is_in_a_measured_range() -> None:
     # Splitwise: Llama2-70B TP8 on H100 ~31 ms/token; one 8B fp16 model on one H100 decodes
     # in roughly 7-20 ms/token end to end.
-    p = Predictor.default()
+    p = ActivationPredictor.default()
     per_token = p.decode_s(SPEC_8B, 100, 1000, "h100") / 100
     assert 0.004 < per_token < 0.03
 
 
 def test_batched_decode_is_cheaper_than_sequential() -> None:
-    p = Predictor.default()
+    p = ActivationPredictor.default()
     one = p.decode_s(SPEC_8B, 200, 1000, "a100")
     four = p.decode_s(SPEC_8B, 200, 1000, "a100", batch=4)
     assert one < four < 4 * one
 
 
 def test_load_time_scales_with_size_and_loader() -> None:
-    p = Predictor.default()
+    p = ActivationPredictor.default()
     assert p.load_s(SPEC_8B, "sllm") < p.load_s(SPEC_8B, "safetensors")
     assert p.load_s(SPEC_8B) < p.load_s(SPEC_70B)
     assert p.load_s(SPEC_8B, speedup=10) == pytest.approx(p.load_s(SPEC_8B) / 10)
 
 
 def test_peak_memory_is_weights_plus_kv() -> None:
-    p = Predictor.default()
+    p = ActivationPredictor.default()
     assert p.peak_memory_gib(SPEC_8B, 0, 0) < p.peak_memory_gib(SPEC_8B, 4000, 1000)
 
 
