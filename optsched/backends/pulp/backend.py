@@ -22,6 +22,7 @@ from __future__ import annotations
 import inspect
 import math
 import re
+import sys
 import tempfile
 import time
 import warnings
@@ -65,6 +66,27 @@ GAP_REL = 1e-4
 """Default relative gap, as for the other exact backends."""
 
 
+def import_pulp() -> Any:
+    """``import pulp`` without letting it load highspy.
+
+    PuLP imports highspy when it is installed (for its in-process ``HiGHS`` solver), and
+    highspy loaded before OR-Tools makes OR-Tools fail to load (both bundle HiGHS), which would
+    break the ``cpsat`` backend for the rest of the process. Hiding highspy during the import
+    leaves PuLP's in-process HiGHS unavailable (refused here anyway).
+    """
+    if "pulp" in sys.modules:
+        return sys.modules["pulp"]
+    hide = "highspy" not in sys.modules
+    if hide:
+        sys.modules["highspy"] = None  # type: ignore[assignment]  # makes ``import highspy`` fail
+    try:
+        import pulp
+    finally:
+        if hide and sys.modules.get("highspy", 0) is None:
+            del sys.modules["highspy"]
+    return pulp
+
+
 def map_status(status: int, sol_status: int) -> SolveStatus:
     """PuLP's ``(LpProblem.status, LpProblem.sol_status)`` -> :class:`SolveStatus`.
 
@@ -73,7 +95,7 @@ def map_status(status: int, sol_status: int) -> SolveStatus:
     2 integer feasible, 0 none found, -1 infeasible, -2 unbounded). CBC stopped by a limit
     with an incumbent reports status 1 with sol_status 2, hence both are read.
     """
-    import pulp
+    pulp = import_pulp()
 
     if status == pulp.LpStatusUnbounded or sol_status == pulp.LpSolutionUnbounded:
         return SolveStatus.ERROR  # every variable is bounded: an unbounded answer is a bug
@@ -104,7 +126,7 @@ def solver_class(name: str) -> Any:
     ValueError
         For a name PuLP does not know or one this backend refuses, naming it.
     """
-    import pulp
+    pulp = import_pulp()
 
     if name in REFUSED_SOLVERS:
         raise ValueError(f"pulp solver '{name}' is not supported here: {REFUSED_SOLVERS[name]}")
@@ -142,10 +164,13 @@ def check_options(extra: dict[str, Any]) -> tuple[str, Any, dict[str, Any]]:
 def to_pulp(m: LinearModel) -> tuple[Any, list[Any]]:
     """The PuLP problem of ``m`` (maximise) and its variables, named ``x<k>``/``r<k>`` so that
     PuLP's name mangling cannot merge two of them."""
-    import pulp
+    pulp = import_pulp()
 
     prob = pulp.LpProblem("epoch", pulp.LpMaximize)
-    xs = [pulp.LpVariable(f"x{k}", m.lb[k], m.ub[k], cat=pulp.LpInteger) for k in range(m.n)]
+    if hasattr(prob, "add_variable"):  # PuLP >= 3.3; LpVariable(...) is deprecated there
+        xs = [prob.add_variable(f"x{k}", m.lb[k], m.ub[k], cat=pulp.LpInteger) for k in range(m.n)]
+    else:  # pragma: no cover - older PuLP
+        xs = [pulp.LpVariable(f"x{k}", m.lb[k], m.ub[k], cat=pulp.LpInteger) for k in range(m.n)]
     prob += pulp.LpAffineExpression([(xs[k], c) for k, c in enumerate(m.obj) if c != 0])
     for i, row in enumerate(m.rows):
         expr = pulp.LpAffineExpression([(xs[v], c) for v, c in row.coefs.items()])
@@ -173,11 +198,9 @@ class PulpBackend:
 
     @classmethod
     def is_available(cls) -> bool:
-        try:
-            import pulp  # noqa: F401
-        except ImportError:  # pragma: no cover - depends on the environment
-            return False
-        return True
+        import importlib.util
+
+        return importlib.util.find_spec("pulp") is not None
 
     def solve(
         self, problem: EpochProblem, params: SolveParams, hint: Assignment | None = None
@@ -246,8 +269,7 @@ class PulpBackend:
         solve_seconds: float,
         wall: float,
     ) -> str:
-        import pulp
-
+        pulp = import_pulp()
         status_text = pulp.LpStatus.get(prob.status, prob.status)
         solution_text = pulp.LpSolution.get(prob.sol_status, prob.sol_status)
         base = f"{solver_name}: {status_text} / {solution_text}"
