@@ -45,9 +45,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("optsched")
 
-DEFAULT_BACKEND = "highs"
-"""The one default backend of the library, the CLI and the simulator (``docs/benchmarks.md``:
-deterministic, in the core dependencies, and within 2 % of the best bound at Venus size)."""
+DEFAULT_BACKEND = "auto"
+"""The one default of the library, the CLI and the simulator: ``highs`` (HiGHS bundled with
+OR-Tools; at Venus size optimal within the default second) whenever the model fits HiGHS's work
+budget (``HIGHS_VARS_PER_WORK_S`` variables per nominal second), else ``cpsat`` (whose
+deterministic time bounds every phase, so large epochs stay reproducible). The rule reads only
+the model's size and the limit, never the clock (``docs/benchmarks.md``)."""
+HIGHS_VARS_PER_WORK_S = 2500.0
 DEFAULT_TIME_LIMIT_S = 1.0
 SOLVER_SHARE = 0.6
 """Share of the time limit that is the solver's nominal deterministic work budget."""
@@ -90,6 +94,18 @@ def work_budget(params: SolveParams, jobs: int, workflows: bool) -> float:
     if workflows:
         share -= WORKFLOW_SHARE * params.time_limit_s
     return max(MIN_WORK_S, share - OVERHEAD_PER_JOB_S * jobs)
+
+
+def model_size(problem: EpochProblem) -> int:
+    """Variables of the epoch's linear model, counted without building it."""
+    n = sum(c.cap + 2 * len(c.types) for c in problem.pending if c.cap > 0)
+    n += len(problem.guests) + sum(1 for r in problem.running if r.candidate)
+    return n + 2 * len(problem.tenants) * len(problem.types)
+
+
+def auto_backend(problem: EpochProblem, work_s: float) -> str:
+    """The default rule (:data:`DEFAULT_BACKEND`): HiGHS when the model fits its work budget."""
+    return "highs" if model_size(problem) <= HIGHS_VARS_PER_WORK_S * work_s else "cpsat"
 
 
 @functools.cache
@@ -208,17 +224,21 @@ def _cluster_decision(
 
     problem, stage = ep.problem, ep.stage
     t = time.monotonic()
-    hint = greedy_assignment(problem, deadline=deadline - reserve)
+    # never cut by the clock: the greedy plan is cheap (linear in classes) and a cut one would
+    # make the answer depend on the machine's load
+    hint = greedy_assignment(problem)
     stage["greedy"] = time.monotonic() - t
     greedy_value = hint.objective(problem)
 
     result: SolveResult | None = None
     fallback_reason: str | None = None
+    work = work_budget(params, n_jobs, has_wf)
+    if params.backend == "auto":
+        params = params.with_(backend=auto_backend(problem, work))
     if params.backend == "greedy":
         fallback_reason = "greedy backend requested"
     else:
         budget = deadline - time.monotonic() - reserve
-        work = work_budget(params, n_jobs, has_wf)
         if budget <= 0.005:
             fallback_reason = "no time left for the solver (wall clock)"
         else:
@@ -322,8 +342,14 @@ def _attach_workflows(
 
     t = time.monotonic()
     try:
+        # a nominal limit (the planner's share of the call), so its deterministic work is the
+        # same in every run; the wall clock left is checked by the planner itself
+        left = deadline - time.monotonic() - reserve
         plan = plan_workflows(
-            ep.state, time_limit_s=max(0.01, deadline - time.monotonic() - reserve), seed=params.seed
+            ep.state,
+            time_limit_s=max(0.01, left),
+            seed=params.seed,
+            work_s=0.5 * WORKFLOW_SHARE * params.time_limit_s,
         )
         bad = check_workflow_plan(ep.state, plan)
         why = f"workflow plan failed invariant 6: {bad[0]}" if bad else None

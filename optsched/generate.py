@@ -19,7 +19,10 @@ from typing import Any, Literal
 
 import numpy as np
 
-Size = Literal["tiny", "venus", "large"]
+Size = Literal["tiny", "venus", "medium", "large"]
+FLEET_NODES = {"medium": 312, "large": 1250}
+"""8-GPU nodes of the multi-type fleets: ~2,500 GPUs / 1,250 pending and ~10,000 GPUs / 5,000
+pending."""
 
 VENUS_VCS = {
     "vcJsw": 32,
@@ -76,8 +79,10 @@ def _spec(size: Size, rng: np.random.Generator) -> _Spec:
             0.85,
             500,
         )
-    tenants = {f"team{k:02d}": int(n) for k, n in enumerate(rng.integers(5, 60, size=40))}
-    scale = 1250 / sum(tenants.values())
+    nodes = FLEET_NODES[size]
+    n_tenants = 40 if size == "large" else 20
+    tenants = {f"team{k:02d}": int(n) for k, n in enumerate(rng.integers(5, 60, size=n_tenants))}
+    scale = nodes / sum(tenants.values())
     tenants = {k: max(1, round(v * scale)) for k, v in tenants.items()}
     total = sum(tenants.values())
     return _Spec(
@@ -90,7 +95,7 @@ def _spec(size: Size, rng: np.random.Generator) -> _Spec:
         8,
         tenants,
         0.85,
-        5000,
+        5000 if size == "large" else 1250,
     )
 
 

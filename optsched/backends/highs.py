@@ -15,11 +15,13 @@ search the result's ``detail`` says ``wall-clock limit hit``.
 from __future__ import annotations
 
 import datetime
+import math
+import threading
 import time
 from typing import Any, ClassVar
 
 from optsched.backends.base import SolveParams, SolveResult, SolveStatus
-from optsched.formulation import build_model, solved
+from optsched.formulation import build_model, from_assignment, is_feasible, solved
 from optsched.problem import Assignment, EpochProblem
 
 NODES_PER_S = 2000
@@ -60,6 +62,7 @@ class HighsBackend:
         self, problem: EpochProblem, params: SolveParams, hint: Assignment | None = None
     ) -> SolveResult:
         from ortools.math_opt.python import mathopt
+        from ortools.util.python.solve_interrupter import SolveInterrupter
 
         from optsched.backends.cpsat.backend import check_extra
 
@@ -95,12 +98,35 @@ class HighsBackend:
                 sp.highs.double_options[key] = value
             else:
                 sp.highs.string_options[key] = str(value)
-        res = mathopt.solve(model, mathopt.SolverType.HIGHS, params=sp)
+        mp = None
+        if hint is not None:
+            x0 = from_assignment(lin, problem, hint)
+            if is_feasible(lin, x0):
+                mp = mathopt.ModelSolveParameters(
+                    solution_hints=[mathopt.SolutionHint(variable_values=dict(zip(xs, x0, strict=True)))]
+                )
+        # HiGHS checks its own time limit only now and then: the interrupter is the safety net
+        interrupter = SolveInterrupter()
+        stopped = threading.Event()
+
+        def stop() -> None:
+            stopped.set()
+            interrupter.interrupt()
+
+        timer = threading.Timer(budget + 0.02, stop)
+        timer.daemon = True
+        timer.start()
+        try:
+            res = mathopt.solve(
+                model, mathopt.SolverType.HIGHS, params=sp, model_params=mp, interrupter=interrupter
+            )
+        finally:
+            timer.cancel()
         seconds = time.monotonic() - t0
         has = res.has_primal_feasible_solution()
         status = map_status(res.termination.reason, has)
         limit = res.termination.limit
-        wall = limit == mathopt.Limit.TIME
+        wall = limit in (mathopt.Limit.TIME, mathopt.Limit.INTERRUPTED) or stopped.is_set()
         detail = str(res.termination.detail or res.termination.reason.name)
         if wall:
             detail += " (wall-clock limit hit)"
@@ -110,5 +136,7 @@ class HighsBackend:
             return SolveResult(status, self.name, seconds, detail=detail)
         sol = res.variable_values()
         values = [sol[x] for x in xs]
-        bound = res.termination.objective_bounds.dual_bound
+        bound: float | None = res.termination.objective_bounds.dual_bound
+        if bound is None or not math.isfinite(bound):
+            bound = None  # interrupted before the root LP gave a bound
         return solved(lin, problem, values, status, self.name, seconds, bound, detail)

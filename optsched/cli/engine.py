@@ -17,7 +17,10 @@ from optsched.cli.common import emit, fail, read_text
 def solve(
     snapshot: Annotated[str, typer.Argument(help="Snapshot JSON file, or - for stdin.")],
     out: Annotated[Path | None, typer.Option("-o", "--out", help="Write the decision here.")] = None,
-    backend: Annotated[str | None, typer.Option(help="cpsat, milp or greedy.")] = None,
+    backend: Annotated[
+        str | None,
+        typer.Option(help="auto (default: highs, cpsat on large models), highs, cpsat, milp, pulp, greedy."),
+    ] = None,
     time_limit: Annotated[
         float | None, typer.Option("--time-limit", help="Seconds for the whole call.")
     ] = None,
@@ -47,8 +50,10 @@ def solve(
         params = resolve_params(snap, None)
     changes: dict[str, Any] = {}
     if backend is not None:
-        if backend not in ("cpsat", "milp", "greedy"):
-            fail("--backend", f"unknown backend '{backend}' (cpsat, milp, greedy)")
+        from optsched.backends import BACKENDS
+
+        if backend != "auto" and backend not in BACKENDS:
+            fail("--backend", f"unknown backend '{backend}' (auto, {', '.join(BACKENDS)})")
         changes["backend"] = backend
     if time_limit is not None:
         if time_limit <= 0:
@@ -119,15 +124,15 @@ def schema(
 
 
 def generate(
-    size: Annotated[str, typer.Option(help="tiny, venus or large")] = "tiny",
+    size: Annotated[str, typer.Option(help="tiny, venus, medium or large")] = "tiny",
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
     out: Annotated[Path | None, typer.Option("-o", "--out")] = None,
 ) -> None:
     """Generate a valid random snapshot."""
     from optsched.generate import generate as gen
 
-    if size not in ("tiny", "venus", "large"):
-        fail("--size", f"unknown size '{size}' (tiny, venus, large)")
+    if size not in ("tiny", "venus", "medium", "large"):
+        fail("--size", f"unknown size '{size}' (tiny, venus, medium, large)")
     if seed < 0:
         fail("--seed", "must be >= 0")
     emit(json.dumps(gen(size, seed), indent=1), out)  # type: ignore[arg-type]

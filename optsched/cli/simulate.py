@@ -71,7 +71,7 @@ def simulate(
     guarantee: str = typer.Option("quota", "--guarantee", help="quota | all | none"),
     guarantee_fraction: float = typer.Option(1.0, "--guarantee-fraction"),
     max_jobs: int | None = typer.Option(None, "--max-jobs", help="first N jobs only"),
-    backend: str = typer.Option("cpsat", "--backend", help="optsched backend"),
+    backend: str = typer.Option("auto", "--backend", help="optsched backend (auto: the engine's default)"),
     time_limit_s: float = typer.Option(0.2, "--time-limit-s", help="optsched time per epoch"),
     predictor: str = typer.Option("trained", "--predictor", help="trained | fallback | oracle"),
     oracle_runtime: bool = typer.Option(False, "--oracle-runtime",

@@ -280,8 +280,10 @@ class Options(_Strict):
         allow_inf_nan=False,
         description="Wall-clock seconds the whole decision may take (default 1).",
     )
-    backend: Literal["cpsat", "milp", "greedy"] | None = Field(
-        default=None, description="Solver backend; null lets the engine choose."
+    backend: Literal["auto", "highs", "cpsat", "milp", "pulp", "greedy"] | None = Field(
+        default=None,
+        description="Solver backend; null or auto is the engine's default rule (highs when the model fits "
+        "its work budget, else cpsat).",
     )
     seed: int | None = Field(default=None, ge=0, description="Random seed of the solver.")
     num_workers: int | None = Field(default=None, ge=1, description="Solver threads (added by optsched).")

@@ -562,7 +562,7 @@ class OptschedPolicy:
 
     name = "optsched"
 
-    def __init__(self, *, backend: str = "cpsat", time_limit_s: float = 0.2, seed: int = 0,
+    def __init__(self, *, backend: str = "auto", time_limit_s: float = 0.2, seed: int = 0,
                  predictor: str = "trained", truth: GroundTruth | None = None,
                  num_workers: int = 1) -> None:
         from optsched.backends.base import SolveParams

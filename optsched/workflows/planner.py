@@ -84,6 +84,8 @@ class PlannerConfig:
     tail_estimate: bool = True
     """Add each unit's predicted remaining critical path to its session's completion."""
     num_workers: int = 1
+    work_share: float = 0.5
+    """CP-SAT's deterministic-time budget as a share of the planner's nominal time limit."""
     margin_s: float = 0.1
     fusion: bool = True
 
@@ -116,8 +118,13 @@ def plan_workflows(
     seed: int = 0,
     predictor: ActivationPredictor | None = None,
     config: PlannerConfig | None = None,
+    work_s: float | None = None,
 ) -> WorkflowPlan:
-    """Plan every pending activation of ``state``; always returns a plan passing invariant 6."""
+    """Plan every pending activation of ``state``; always returns a plan passing invariant 6.
+
+    ``work_s`` is CP-SAT's deterministic-time budget (default: ``work_share`` of
+    ``time_limit_s``); ``time_limit_s`` is the wall-clock safety net.
+    """
     t0 = time.monotonic()
     deadline = t0 + max(0.0, time_limit_s)
     cfg = config or PlannerConfig()
@@ -134,7 +141,11 @@ def plan_workflows(
     if left < 0.02:
         g_plan.notes.append("no time left for CP-SAT")
         return g_plan
-    result = _solve_window(prob, greedy, cfg, left * 0.9, seed, greedy_policy)
+    # the search stops on deterministic work derived from the nominal limit (never from the
+    # time measured so far), so the same snapshot gives the same plan; the wall clock left is
+    # only the safety net
+    work = work_s if work_s is not None else cfg.work_share * max(0.0, time_limit_s)
+    result = _solve_window(prob, greedy, cfg, left * 0.9, seed, greedy_policy, work_s=work)
     if result is None:
         g_plan.notes.append("CP-SAT found no solution in time")
         return g_plan
@@ -165,6 +176,7 @@ def _solve_window(
     seed: int,
     tail_policy: ListPolicy,
     bound: list[float] | None = None,
+    work_s: float | None = None,
 ) -> tuple[Schedule, str, str] | None:
     """CP-SAT on the window; ``bound`` (if given) receives [objective, best bound].
 
@@ -340,6 +352,8 @@ def _solve_window(
     solver.parameters.max_time_in_seconds = max(0.01, solve_deadline - time.monotonic())
     solver.parameters.num_workers = cfg.num_workers
     solver.parameters.random_seed = seed
+    if work_s is not None:
+        solver.parameters.max_deterministic_time = max(0.001, work_s)
     status = solver.solve(m)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None

@@ -26,10 +26,10 @@ from optsched.errors import NumericScaleWarning
 from optsched.formulation import build_model, from_assignment, is_feasible, solved
 from optsched.problem import Assignment, EpochProblem
 
-DET_PER_S = 1.0
+DET_PER_S = 0.3
 """CP-SAT deterministic time units per nominal second of work (calibrated in
-``docs/benchmarks.md``: on this machine kind one unit takes about a second of wall time at Venus
-size with the interleaved workers below)."""
+``docs/benchmarks.md``: on this 2-core machine kind one unit took about 3 s of wall time at Venus
+and medium size with the interleaved workers below)."""
 WORKERS = 4
 """Interleaved search workers (one thread; deterministic)."""
 MAX_SCALED = 2**50
