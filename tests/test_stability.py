@@ -1,0 +1,132 @@
+"""Stable when nothing changes: solve, apply as a host would, advance one epoch, solve again.
+
+With no arrival, completion or node change, a decision must not be undone by the next ones:
+
+* **no churn**: once the run has settled, nothing is preempted, and no job an epoch started is
+  ever stopped by a later epoch for priority (only a documented trigger may take it back, see
+  below);
+* **preemptions are used**: every ``reclaim`` or ``priority`` preemption frees GPUs that starts
+  of the same decision use (same GPU type, counted in GPUs). ``interference`` (an MPS guest
+  whose host tenant fell below the sharing threshold) and ``node_unavailable`` are the
+  exceptions: they free nothing a start needs; so is a type on which running on-loan use is
+  no longer covered by any lender (a generated snapshot may start that way): those jobs stop
+  whatever starts, whole gangs at a time.
+
+Settling. Time still passes, so the assurance signal moves: a tenant whose guaranteed jobs wait
+falls below ``THETA_RECLAIM`` (use (b): it takes back capacity it lent, possibly from a job an
+earlier epoch started on loan) or below ``THETA_SHARE`` (use (c): its MPS guests are evicted).
+Those crossings are the documented reasons for a later decision to differ, so the run counts as
+settled two epochs after the last crossing (and never before epoch 2: the first epoch stops
+jobs on drained nodes and evicts guests, the second may start what they left).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from optsched import assurance as asr
+from optsched.apply import apply_decision
+from optsched.backends.base import SolveParams
+from optsched.epoch import solve_epoch
+from optsched.generate import generate
+from optsched.predict.fallback import EstimatePredictor
+from optsched.schema.decision import Decision
+from optsched.schema.snapshot import Snapshot
+from optsched.state import ClusterState, parse_snapshot
+from optsched.testing import assert_decision_valid
+
+EPOCHS = 100
+SETTLE = 2
+PREDICTOR = EstimatePredictor()
+
+
+def _triggers(state: ClusterState) -> tuple[tuple[bool, bool], ...]:
+    """Per tenant: (reclaims, may host guests) — the assurance uses that change decisions."""
+    sig = asr.compute(state)
+    return tuple((sig[t].reclaim, asr.max_host_slowdown(sig[t].value) > 0) for t in state.tenant_ids)
+
+
+def _deficit(state: ClusterState) -> Counter[str]:
+    """On-loan GPUs per type that no lender's idle quota covers any more: they must be
+    reclaimed whatever starts (a generated snapshot may hold such use)."""
+    held: Counter[tuple[str, str]] = Counter()
+    for job in state.running():
+        if job.id not in state.host_of:
+            held[(job.tenant, state.job_type(job))] += job.gpus
+    out: Counter[str] = Counter()
+    for t in state.type_names:
+        pool, over = 0, 0
+        for ten in state.tenant_ids:
+            idle = state.quota(ten, t) - held[(ten, t)]
+            lim = state.lend_limit(ten, t)
+            pool += max(0, idle if lim is None else min(idle, lim))
+            over += max(0, -idle)
+        out[t] = max(0, over - pool)
+    return out
+
+
+def _freed_and_used(state: ClusterState, d: Decision) -> tuple[Counter[str], Counter[str]]:
+    """GPUs freed by reclaim/priority preemptions and GPUs taken by exclusive starts, per type."""
+    freed: Counter[str] = Counter()
+    for p in d.preempt:
+        if p.reason in ("reclaim", "priority") and p.job not in state.host_of:
+            job = state.job(p.job)
+            freed[state.job_type(job)] += job.gpus
+    used: Counter[str] = Counter()
+    for s in d.start:
+        if not s.colocated_with:
+            used[state.node_type(s.allocation[0].node)] += len(s.allocation)
+    return freed, used
+
+
+def run_epochs(snap: Snapshot, params: SolveParams, epochs: int = EPOCHS) -> None:
+    started_at: dict[str, int] = {}
+    settled_from = SETTLE
+    last = None
+    for e in range(epochs):
+        state = ClusterState.from_snapshot(snap)
+        trig = _triggers(state)
+        if last is not None and trig != last:
+            settled_from = max(settled_from, e + SETTLE)
+        last = trig
+        d = solve_epoch(state, params=params, predictor=PREDICTOR)
+        assert_decision_valid(state, d)
+        where = f"epoch {e}"
+        freed, used = _freed_and_used(state, d)
+        deficit = _deficit(state)
+        for t, g in freed.items():
+            if deficit[t]:  # uncovered loans stop whatever starts, whole gangs at a time
+                continue
+            assert g <= used[t], f"{where}: preemptions free {g} '{t}' GPUs, starts use {used[t]}"
+        for p in d.preempt:
+            if p.job in started_at and p.reason == "priority":
+                raise AssertionError(
+                    f"{where}: {p.job} started at epoch {started_at[p.job]} stopped for priority"
+                )
+        if e >= settled_from:
+            moved = [p.job for p in d.preempt] + [s.job for s in d.start]
+            assert not moved, f"{where} (settled since {settled_from}): moved {moved[:10]}"
+        for s in d.start:
+            started_at[s.job] = e
+        snap = apply_decision(state.snapshot, d)
+    assert settled_from <= epochs - 10, f"still settling at epoch {settled_from}"
+
+
+GREEDY = SolveParams(backend="greedy")
+CPSAT = SolveParams(backend="cpsat", time_limit_s=0.5)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_greedy_is_stable_on_tiny_snapshots(seed: int) -> None:
+    run_epochs(parse_snapshot(generate("tiny", seed)), GREEDY)
+
+
+def test_greedy_is_stable_on_a_venus_sized_snapshot() -> None:
+    run_epochs(parse_snapshot(generate("venus", 0)), GREEDY)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_cpsat_is_stable_on_tiny_snapshots(seed: int) -> None:
+    run_epochs(parse_snapshot(generate("tiny", seed)), CPSAT)
