@@ -20,7 +20,7 @@ PRESETS = sorted((ROOT / "solvers").rglob("*.toml"))
 def test_every_preset_is_accepted_by_its_backend(path: Path) -> None:
     params = SolveParams.from_toml(path)
     assert params.backend == path.parent.name
-    if params.backend not in available_backends():
+    if params.backend != "auto" and params.backend not in available_backends():
         pytest.skip(f"backend {params.backend} is not installed")
     state = load_state(generate("tiny", 4))
     d = solve_epoch(
