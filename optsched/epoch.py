@@ -48,9 +48,10 @@ log = logging.getLogger("optsched")
 DEFAULT_BACKEND = "auto"
 """The one default of the library, the CLI and the simulator: ``highs`` (HiGHS bundled with
 OR-Tools; at Venus size optimal within the default second) whenever the model fits HiGHS's work
-budget (``HIGHS_VARS_PER_WORK_S`` variables per nominal second), else ``cpsat`` (whose
-deterministic time bounds every phase, so large epochs stay reproducible). The rule reads only
-the model's size and the limit, never the clock (``docs/benchmarks.md``)."""
+budget (``HIGHS_VARS_PER_WORK_S`` variables per nominal second of work), else the greedy plan,
+labelled ``fallback`` with the reason (a longer ``time_limit_s`` brings the exact model back:
+at 10,000 GPUs, 5 s). The rule reads only the model's size and the limit, never the clock, so
+the answer is reproducible at every size (``docs/benchmarks.md``)."""
 HIGHS_VARS_PER_WORK_S = 2500.0
 DEFAULT_TIME_LIMIT_S = 1.0
 SOLVER_SHARE = 0.6
@@ -105,7 +106,7 @@ def model_size(problem: EpochProblem) -> int:
 
 def auto_backend(problem: EpochProblem, work_s: float) -> str:
     """The default rule (:data:`DEFAULT_BACKEND`): HiGHS when the model fits its work budget."""
-    return "highs" if model_size(problem) <= HIGHS_VARS_PER_WORK_S * work_s else "cpsat"
+    return "highs" if model_size(problem) <= HIGHS_VARS_PER_WORK_S * work_s else "greedy"
 
 
 @functools.cache
@@ -233,10 +234,18 @@ def _cluster_decision(
     result: SolveResult | None = None
     fallback_reason: str | None = None
     work = work_budget(params, n_jobs, has_wf)
+    auto_reason = None
     if params.backend == "auto":
+        size = model_size(problem)
         params = params.with_(backend=auto_backend(problem, work))
+        if params.backend == "greedy":
+            auto_reason = (
+                f"auto: the model ({size} variables) is larger than HiGHS's work budget at a "
+                f"{params.time_limit_s:g} s limit ({HIGHS_VARS_PER_WORK_S * work:.0f}); greedy plan "
+                "(a longer time_limit_s solves it exactly)"
+            )
     if params.backend == "greedy":
-        fallback_reason = "greedy backend requested"
+        fallback_reason = auto_reason or "greedy backend requested"
     else:
         budget = deadline - time.monotonic() - reserve
         if budget <= 0.005:

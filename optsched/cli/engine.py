@@ -19,7 +19,7 @@ def solve(
     out: Annotated[Path | None, typer.Option("-o", "--out", help="Write the decision here.")] = None,
     backend: Annotated[
         str | None,
-        typer.Option(help="auto (default: highs, cpsat on large models), highs, cpsat, milp, pulp, greedy."),
+        typer.Option(help="auto (default: highs, greedy if too large), highs, cpsat, milp, pulp, greedy."),
     ] = None,
     time_limit: Annotated[
         float | None, typer.Option("--time-limit", help="Seconds for the whole call.")

@@ -283,7 +283,7 @@ class Options(_Strict):
     backend: Literal["auto", "highs", "cpsat", "milp", "pulp", "greedy"] | None = Field(
         default=None,
         description="Solver backend; null or auto is the engine's default rule (highs when the model fits "
-        "its work budget, else cpsat).",
+        "its work budget, else the labelled greedy plan).",
     )
     seed: int | None = Field(default=None, ge=0, description="Random seed of the solver.")
     num_workers: int | None = Field(default=None, ge=1, description="Solver threads (added by optsched).")

@@ -119,18 +119,18 @@ class CpSatBackend:
         lin = build_model(problem)
         model = cp_model.CpModel()
         xs = [model.new_int_var(lin.lb[k], lin.ub[k], lin.names[k]) for k in range(lin.n)]
+        big = 2**62
+        weighted_sum = cp_model.LinearExpr.weighted_sum
         for row in lin.rows:
-            expr = sum(c * xs[v] for v, c in row.coefs.items())
-            if row.lo == float("-inf"):
-                model.add(expr <= int(row.hi))
-            elif row.hi == float("inf"):
-                model.add(expr >= int(row.lo))
-            else:
-                model.add_linear_constraint(expr, int(row.lo), int(row.hi))
+            expr = weighted_sum([xs[v] for v in row.coefs], list(row.coefs.values()))
+            lo = -big if row.lo == float("-inf") else int(row.lo)
+            hi = big if row.hi == float("inf") else int(row.hi)
+            model.add_linear_constraint(expr, lo, hi)
         ints, scale, lost = integer_objective(lin.obj)
         if lost:
             warnings.warn(lost, NumericScaleWarning, stacklevel=2)
-        model.maximize(sum(k * xs[v] for v, k in enumerate(ints) if k != 0))
+        nz = [v for v, k in enumerate(ints) if k != 0]
+        model.maximize(weighted_sum([xs[v] for v in nz], [ints[v] for v in nz]))
         rounding = sum(
             abs(c * scale - k) * max(abs(lin.lb[v]), abs(lin.ub[v]))
             for v, (c, k) in enumerate(zip(lin.obj, ints, strict=True))
