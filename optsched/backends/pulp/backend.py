@@ -12,9 +12,11 @@ Determinism: one thread, and a deterministic work limit where the solver has one
 ``time_limit_s / WALL_SAFETY`` when the caller gives no work budget); for CBC also a fixed
 random seed (``randomCbcSeed = params.seed + 1``: CBC reads 0 as "seed from the time of day").
 ``timeLimit`` (the wall clock) is only a safety net; when it ends the search ``detail`` says
-``wall-clock limit hit``. A solver without a node limit stops on the wall clock only, and
-``detail`` says that too. ``HiGHS`` (PuLP's in-process highspy interface) is refused: highspy
-and OR-Tools cannot share an interpreter; use the ``milp`` backend or ``HiGHS_CMD``.
+``wall-clock limit hit``. PuLP reports no bound: an optimal answer gets the bound its relative
+gap allows (``objective * (1 + gapRel)``), a feasible one none. A solver without a node limit
+stops on the wall clock only, and ``detail`` says that too. ``HiGHS`` (PuLP's in-process
+highspy interface) is refused: highspy and OR-Tools cannot share an interpreter; use the
+``milp`` backend or ``HiGHS_CMD``.
 """
 
 from __future__ import annotations
@@ -31,7 +33,14 @@ from typing import Any, ClassVar
 
 from optsched.backends.base import SolveParams, SolveResult, SolveStatus
 from optsched.backends.cpsat.backend import check_extra
-from optsched.formulation import LinearModel, build_model, from_assignment, is_feasible, solved
+from optsched.formulation import (
+    LinearModel,
+    build_model,
+    from_assignment,
+    is_feasible,
+    solved,
+    to_assignment,
+)
 from optsched.problem import Assignment, EpochProblem
 
 DEFAULT_SOLVER = "PULP_CBC_CMD"
@@ -256,7 +265,12 @@ class PulpBackend:
         if status not in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE):
             return SolveResult(status, self.name, seconds, detail=detail)
         values = [round(x.value() or 0.0) for x in xs]
-        return solved(lin, problem, values, status, self.name, seconds, None, detail)
+        bound = None
+        if status == SolveStatus.OPTIMAL:
+            # PuLP does not report the solver's bound; "optimal" means within the relative gap
+            obj = to_assignment(lin, problem, values).objective(problem)
+            bound = obj + float(kwargs.get("gapRel") or 0.0) * abs(obj)
+        return solved(lin, problem, values, status, self.name, seconds, bound, detail)
 
     @staticmethod
     def _detail(
