@@ -58,6 +58,7 @@ from optsched import solve_epoch
 from optsched.backends.base import SolveParams
 from optsched.epoch import DEFAULT_BACKEND, DEFAULT_TIME_LIMIT_S, default_predictor
 from optsched.schema.decision import Decision
+from optsched.state import ClusterState, parse_snapshot
 
 SIZES = ("venus", "medium", "large")
 BACKENDS = ("auto", "highs", "cpsat", "milp", "pulp", "greedy")
@@ -105,6 +106,9 @@ class Run:
     wall_hit: bool
     load1: float
     fingerprint: str = ""
+    given: str = "text"
+    """What the library call got: the snapshot's JSON ``text`` (parsed and validated inside the
+    call's limit) or an already validated ``state`` (``ClusterState``, built before the clock)."""
     gap: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -202,14 +206,21 @@ class Bench:
         self.runs.append(run)
         return run
 
-    def library(self, part: str, size: str, seed: int, backend: str, mode: str, limit: float) -> Run:
-        """One ``solve_epoch`` call on the snapshot's JSON text, as a library user makes it."""
+    def library(
+        self, part: str, size: str, seed: int, backend: str, mode: str, limit: float, given: str = "text"
+    ) -> Run:
+        """One ``solve_epoch`` call on the snapshot's JSON text (``given="text"``, as the
+        command line hands it over) or on a ``ClusterState`` validated before the clock."""
         text = self.snapshot(size, seed)
         params = SolveParams(backend=backend, time_limit_s=limit)
+        arg: str | ClusterState = text
+        if given == "state":
+            arg = ClusterState.from_snapshot(parse_snapshot(text))
         t0 = time.perf_counter()
-        d = solve_epoch(text, params=params)
+        d = solve_epoch(arg, params=params)
         wall = time.perf_counter() - t0
         run = to_run(part, size, seed, backend, mode, d, wall)
+        run.given = given
         self.runs.append(run)
         return run
 
@@ -303,10 +314,11 @@ def part_determinism(b: Bench, sizes: list[str], advance: Callable[[], None]) ->
 
 
 def part_deadline(b: Bench, size: str, calls: int, advance: Callable[[], None]) -> None:
-    b.library("deadline", size, 0, DEFAULT_BACKEND, "first", DEFAULT_TIME_LIMIT_S)
-    for _ in range(calls):
-        b.library("deadline", size, 0, DEFAULT_BACKEND, "warm", DEFAULT_TIME_LIMIT_S)
-        advance()
+    for given in ("text", "state"):
+        b.library("deadline", size, 0, DEFAULT_BACKEND, "first", DEFAULT_TIME_LIMIT_S, given)
+        for _ in range(calls):
+            b.library("deadline", size, 0, DEFAULT_BACKEND, "warm", DEFAULT_TIME_LIMIT_S, given)
+            advance()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -501,33 +513,42 @@ def determinism_table(b: Bench) -> str:
 
 
 def deadline_table(b: Bench) -> str:
-    runs = select(b.runs, part="deadline", mode="warm")
-    if not runs:
-        return ""
-    walls = np.array([r.wall_s for r in runs])
-    solve = np.array([stage(r, "solve") for r in runs])
+    rows = []
     limit = DEFAULT_TIME_LIMIT_S
-    p50, p99 = (float(np.percentile(walls, q)) for q in (50, 99))
-    within = int(np.sum(walls <= limit * (1 + DEADLINE_SLACK)))
-    statuses = ", ".join(
-        f"{st} ({u}) ×{sum(r.status == st and r.used == u for r in runs)}"
-        for st, u in sorted({(r.status, r.used) for r in runs})
-    )
-    row = [
-        runs[0].size,
-        str(len(runs)),
-        f"{limit:g}",
-        f"{p50:.3f}",
-        f"{p99:.3f}",
-        f"{walls.max():.3f}",
-        f"{limit * (1 + DEADLINE_SLACK):.2f}",
-        f"{within} of {len(runs)}",
-        f"{solve.mean():.3f} ({solve.min():.3f}–{solve.max():.3f})",
-        str(sum(r.wall_hit for r in runs)),
-        statuses,
-    ]
+    for given in ("text", "state"):
+        runs = select(b.runs, part="deadline", mode="warm", given=given)
+        if not runs:
+            continue
+        walls = np.array([r.wall_s for r in runs])
+        solve = np.array([stage(r, "solve") for r in runs])
+        fixed = np.array([sum(v for k, v in r.stage_seconds.items() if k != "solve") for r in runs])
+        p50, p99 = (float(np.percentile(walls, q)) for q in (50, 99))
+        within = int(np.sum(walls <= limit * (1 + DEADLINE_SLACK)))
+        statuses = ", ".join(
+            f"{st} ({u}) ×{sum(r.status == st and r.used == u for r in runs)}"
+            for st, u in sorted({(r.status, r.used) for r in runs})
+        )
+        rows.append(
+            [
+                runs[0].size,
+                "JSON text" if given == "text" else "ClusterState",
+                str(len(runs)),
+                f"{limit:g}",
+                f"{p50:.3f}",
+                f"{p99:.3f}",
+                f"{walls.max():.3f}",
+                f"{limit * (1 + DEADLINE_SLACK):.2f}",
+                f"{within} of {len(runs)}",
+                f"{solve.mean():.3f} ({solve.min():.3f}–{solve.max():.3f})",
+                f"{np.mean([stage(r, 'validate') for r in runs]):.3f}",
+                f"{fixed.mean():.3f}",
+                str(sum(r.wall_hit for r in runs)),
+                statuses,
+            ]
+        )
     head = [
         "size",
+        "input",
         "calls",
         "limit s",
         "p50 s",
@@ -536,10 +557,12 @@ def deadline_table(b: Bench) -> str:
         "limit + 10%",
         "calls within",
         "solver got s, mean (min–max)",
+        "validate s (mean)",
+        "stages other than solve s (mean)",
         "wall-clock hits",
         "status (answered by)",
     ]
-    return table(head, [row])
+    return table(head, rows) if rows else ""
 
 
 def reference_table(b: Bench) -> str:
@@ -689,7 +712,7 @@ def main() -> None:
         ("quality" in parts) * len(q_seeds)
         + ("backends" in parts) * len(plan) * len(backends)
         + ("determinism" in parts) * len(sizes)
-        + ("deadline" in parts) * calls
+        + ("deadline" in parts) * 2 * calls
     )
     t_start = time.perf_counter()
     with (
