@@ -44,6 +44,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from optsched.schema.snapshot import Job
 from optsched.state import ClusterState
 
 KAPPA = 2.0
@@ -147,6 +148,10 @@ def next_state(
     snap = state.snapshot
     prev_state = snap.assurance_state or {}
     started_set = set(started)
+    guaranteed: dict[str, list[Job]] = {}  # pending guaranteed jobs per tenant, snapshot order
+    for job in state.pending():
+        if job.qos == "guaranteed":
+            guaranteed.setdefault(job.tenant, []).append(job)
     out: dict[str, dict[str, Any]] = {}
     for ten in snap.tenants:
         st = prev_state.get(ten.id, {})
@@ -155,9 +160,7 @@ def next_state(
         missed_before = set(st.get("missed", []))
         missed_now: list[str] = []
         d, _ = max_delay(state, ten.id)
-        for job in state.pending():
-            if job.tenant != ten.id or job.qos != "guaranteed":
-                continue
+        for job in guaranteed.get(ten.id, ()):
             wait = snap.now - job.submit_s
             if job.id in started_set:
                 if job.id in missed_before:

@@ -115,77 +115,84 @@ class ClusterState:
         if snap.workflows is not None:
             pool = _validate_workflows(snap, node_index)
 
-        def check_gpu(path: str, node: str, gpu: int) -> None:
-            if node not in node_index:
-                raise SnapshotError(f"{path}.node", f"unknown node '{node}'")
-            n = snap.nodes[node_index[node]]
-            if gpu >= n.gpus:
-                raise SnapshotError(
-                    f"{path}.gpu",
-                    f"GPU index {gpu} out of range for node '{node}' ({n.gpus} GPUs)",
-                )
+        node_gpus = {n.id: n.gpus for n in snap.nodes}
+        node_types = {n.id: n.gpu_type for n in snap.nodes}
+        tenants_known = tenant_index.keys()
+        now = snap.now
 
         job_index: dict[str, int] = {}
         holders: dict[GpuKey, list[int]] = defaultdict(list)
         for i, job in enumerate(snap.jobs):
-            p = f"jobs[{i}]"
             if job.id in job_index:
-                raise SnapshotError(f"{p}.id", f"duplicated job id '{job.id}'")
+                raise SnapshotError(f"jobs[{i}].id", f"duplicated job id '{job.id}'")
             job_index[job.id] = i
-            if job.tenant not in tenant_index:
-                raise SnapshotError(f"{p}.tenant", f"unknown tenant '{job.tenant}'")
-            if job.gpu_types is not None:
-                if not job.gpu_types:
-                    raise SnapshotError(f"{p}.gpu_types", "empty list; use null for any type")
-                for k, t in enumerate(job.gpu_types):
+            if job.tenant not in tenants_known:
+                raise SnapshotError(f"jobs[{i}].tenant", f"unknown tenant '{job.tenant}'")
+            allowed = job.gpu_types
+            if allowed is not None:
+                if not allowed:
+                    raise SnapshotError(f"jobs[{i}].gpu_types", "empty list; use null for any type")
+                for k, t in enumerate(allowed):
                     if t not in types:
-                        raise SnapshotError(f"{p}.gpu_types[{k}]", f"unknown GPU type '{t}'")
-            if job.submit_s > snap.now:
+                        raise SnapshotError(f"jobs[{i}].gpu_types[{k}]", f"unknown GPU type '{t}'")
+            if job.submit_s > now:
                 raise SnapshotError(
-                    f"{p}.submit_s", f"submitted in the future ({job.submit_s} > now {snap.now})"
+                    f"jobs[{i}].submit_s", f"submitted in the future ({job.submit_s} > now {snap.now})"
                 )
             if job.state == "pending":
                 for name in ("allocation", "start_s", "guest_of"):
                     if getattr(job, name) is not None:
-                        raise SnapshotError(f"{p}.{name}", "only running jobs have this field")
+                        raise SnapshotError(f"jobs[{i}].{name}", "only running jobs have this field")
                 if job.on_loan or job.colocated:
                     raise SnapshotError(
-                        f"{p}.{'on_loan' if job.on_loan else 'colocated'}",
+                        f"jobs[{i}].{'on_loan' if job.on_loan else 'colocated'}",
                         "only running jobs have this field",
                     )
                 continue
             # running
-            if job.allocation is None:
+            p = f"jobs[{i}]"
+            alloc = job.allocation
+            if alloc is None:
                 raise SnapshotError(f"{p}.allocation", "a running job needs its allocation")
-            if len(job.allocation) != job.gpus:
+            if len(alloc) != job.gpus:
                 raise SnapshotError(
                     f"{p}.allocation",
-                    f"has {len(job.allocation)} GPUs but the job asks for {job.gpus}",
+                    f"has {len(alloc)} GPUs but the job asks for {job.gpus}",
                 )
             if job.start_s is None:
                 raise SnapshotError(f"{p}.start_s", "a running job needs its start time")
-            if job.start_s > snap.now:
+            if job.start_s > now:
                 raise SnapshotError(f"{p}.start_s", f"start in the future ({job.start_s} > now)")
             if job.start_s < job.submit_s:
                 raise SnapshotError(f"{p}.start_s", "starts before it was submitted")
             seen: set[GpuKey] = set()
             jtype: str | None = None
-            for k, ref in enumerate(job.allocation):
-                ap = f"{p}.allocation[{k}]"
-                check_gpu(ap, ref.node, ref.gpu)
-                if ref.key() in seen:
-                    raise SnapshotError(ap, f"GPU {ref.node}/{ref.gpu} listed twice")
-                seen.add(ref.key())
-                if ref.key() in pool:
-                    raise SnapshotError(ap, f"GPU {ref.node}/{ref.gpu} belongs to the workflow pool")
-                t = snap.nodes[node_index[ref.node]].gpu_type
+            for k, ref in enumerate(alloc):
+                nid, gpu = ref.node, ref.gpu
+                n_gpus = node_gpus.get(nid)
+                if n_gpus is None:
+                    raise SnapshotError(f"{p}.allocation[{k}].node", f"unknown node '{nid}'")
+                if gpu >= n_gpus:
+                    raise SnapshotError(
+                        f"{p}.allocation[{k}].gpu",
+                        f"GPU index {gpu} out of range for node '{nid}' ({n_gpus} GPUs)",
+                    )
+                key = (nid, gpu)
+                if key in seen:
+                    raise SnapshotError(f"{p}.allocation[{k}]", f"GPU {nid}/{gpu} listed twice")
+                seen.add(key)
+                if key in pool:
+                    raise SnapshotError(
+                        f"{p}.allocation[{k}]", f"GPU {nid}/{gpu} belongs to the workflow pool"
+                    )
+                t = node_types[nid]
                 if jtype is None:
                     jtype = t
                 elif t != jtype:
-                    raise SnapshotError(ap, f"mixes GPU types '{jtype}' and '{t}'")
-                if job.gpu_types is not None and t not in job.gpu_types:
-                    raise SnapshotError(ap, f"GPU type '{t}' is not allowed for this job")
-                holders[ref.key()].append(i)
+                    raise SnapshotError(f"{p}.allocation[{k}]", f"mixes GPU types '{jtype}' and '{t}'")
+                if allowed is not None and t not in allowed:
+                    raise SnapshotError(f"{p}.allocation[{k}]", f"GPU type '{t}' is not allowed for this job")
+                holders[key].append(i)
 
         host_of: dict[str, str] = {}
         for i, job in enumerate(snap.jobs):
@@ -232,11 +239,18 @@ class ClusterState:
         )
 
     # ---------------------------------------------------------------- lookups
+    # Derived lookups are computed once per state (``functools.cached_property`` writes the
+    # instance ``__dict__`` directly, so it works on this frozen dataclass): the pipeline asks
+    # for them from every stage, and a large snapshot has thousands of jobs.
     def job(self, job_id: str) -> Job:
         return self.snapshot.jobs[self.job_index[job_id]]
 
+    @functools.cached_property
+    def _node_types(self) -> dict[str, str]:
+        return {n.id: n.gpu_type for n in self.snapshot.nodes}
+
     def node_type(self, node_id: str) -> str:
-        return self.snapshot.nodes[self.node_index[node_id]].gpu_type
+        return self._node_types[node_id]
 
     def node_available(self, node_id: str) -> bool:
         return self.snapshot.nodes[self.node_index[node_id]].available
@@ -244,14 +258,22 @@ class ClusterState:
     def allowed_types(self, job: Job) -> tuple[str, ...]:
         return tuple(job.gpu_types) if job.gpu_types is not None else self.type_names
 
-    def cluster_gpus(self) -> list[GpuKey]:
-        """Every GPU on an available node that is not in the workflow pool."""
+    @functools.cached_property
+    def _cluster_gpus(self) -> tuple[GpuKey, ...]:
         out: list[GpuKey] = []
+        pool = self.pool_gpus
         for node in self.snapshot.nodes:
             if not node.available:
                 continue
-            out.extend((node.id, g) for g in range(node.gpus) if (node.id, g) not in self.pool_gpus)
-        return out
+            if pool:
+                out.extend((node.id, g) for g in range(node.gpus) if (node.id, g) not in pool)
+            else:
+                out.extend((node.id, g) for g in range(node.gpus))
+        return tuple(out)
+
+    def cluster_gpus(self) -> list[GpuKey]:
+        """Every GPU on an available node that is not in the workflow pool (a fresh list)."""
+        return list(self._cluster_gpus)
 
     def capacity(self) -> dict[str, int]:
         """Cluster GPUs per type on available nodes (pool excluded); a fresh dict."""
@@ -260,8 +282,9 @@ class ClusterState:
     @functools.cached_property
     def _capacity(self) -> dict[str, int]:
         cap = {t: 0 for t in self.type_names}
-        for node_id, _ in self.cluster_gpus():
-            cap[self.node_type(node_id)] += 1
+        types = self._node_types
+        for node_id, _ in self._cluster_gpus:
+            cap[types[node_id]] += 1
         return cap
 
     def quota(self, tenant: str, gpu_type: str) -> int:
@@ -277,16 +300,26 @@ class ClusterState:
         lim = self.snapshot.tenants[self.tenant_index[tenant]].lend_limit
         return None if lim is None else lim.get(gpu_type)
 
+    @functools.cached_property
+    def _running(self) -> tuple[Job, ...]:
+        return tuple(j for j in self.snapshot.jobs if j.state == "running")
+
+    @functools.cached_property
+    def _pending(self) -> tuple[Job, ...]:
+        return tuple(j for j in self.snapshot.jobs if j.state == "pending")
+
     def running(self) -> list[Job]:
-        return [j for j in self.snapshot.jobs if j.state == "running"]
+        """Running jobs in snapshot order (a fresh list)."""
+        return list(self._running)
 
     def pending(self) -> list[Job]:
-        return [j for j in self.snapshot.jobs if j.state == "pending"]
+        """Pending jobs in snapshot order (a fresh list)."""
+        return list(self._pending)
 
     def job_type(self, job: Job) -> str:
         """GPU type of a running job."""
         assert job.allocation is not None, f"job {job.id} is not running"
-        return self.node_type(job.allocation[0].node)
+        return self._node_types[job.allocation[0].node]
 
 
 def _host_guest(a: Job, b: Job) -> tuple[Job, Job]:
