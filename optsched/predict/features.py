@@ -209,6 +209,8 @@ def own_profile(features: Mapping[str, Value] | None) -> dict[str, float] | None
     """The job's single-run profile carried in its own features (``speed``, ``gpu_util``,
     ``gmem_util``, ``gmem`` in MiB), or ``None`` when any column is missing."""
     f = features or {}
+    if not all(c in f for c in PROFILE_COLUMNS):
+        return None  # a missing column is a missing value (same answer, without the work)
     vals = {c: _num(f.get(c)) for c in PROFILE_COLUMNS}
     if any(math.isnan(v) for v in vals.values()):
         return None
@@ -280,16 +282,77 @@ def encode(
     """
     index = {c: {v: float(i) for i, v in enumerate(vals)} for c, vals in vocab.items()}
     out = np.full((len(rows), len(features)), np.nan, dtype=np.float64)
+    if not rows:
+        return out
+    nan = math.nan
     for j, col in enumerate(features):
+        values = [row.get(col) for row in rows]
         lookup = index.get(col)
-        for i, row in enumerate(rows):
-            v = row.get(col)
-            if v is None:
-                continue
-            if lookup is not None:
-                code = lookup.get(str(v))
-                if code is not None:
-                    out[i, j] = code
-            else:
-                out[i, j] = float(v)
+        if lookup is not None:
+            column = [nan if v is None else lookup.get(str(v), nan) for v in values]
+        else:
+            column = [nan if v is None else float(v) for v in values]
+        out[:, j] = column
+    return out
+
+
+def runtime_matrix(jobs: Sequence[Job], vocab: Mapping[str, Sequence[str]]) -> np.ndarray:
+    """``encode([job_runtime_row(j) for j in jobs], RUNTIME_FEATURES, vocab)``, column by column.
+
+    The same matrix, bit for bit, without a row dict per job: a feature key that no job
+    carries is a column of missing values, and each column is built from the jobs' own
+    fields with the same :func:`_num` / :func:`_str` / :func:`name_token` conversions.
+    """
+    if any(c not in vocab for c in RUNTIME_CATEGORICAL) or any(c in vocab for c in RUNTIME_NUMERIC):
+        return encode([job_runtime_row(j) for j in jobs], RUNTIME_FEATURES, vocab)
+    nan = math.nan
+    out = np.full((len(jobs), len(RUNTIME_FEATURES)), nan, dtype=np.float64)
+    if not jobs:
+        return out
+    feats: list[Mapping[str, Value]] = [j.features or {} for j in jobs]
+    present: set[str] = set()
+    for f in feats:
+        present.update(f)
+    index = {c: {v: float(i) for i, v in enumerate(vocab[c])} for c in RUNTIME_CATEGORICAL}
+    col = {c: k for k, c in enumerate(RUNTIME_FEATURES)}
+
+    def category(name: str, raw: list[Value]) -> None:
+        lookup = index[name]
+        codes: list[float] = []
+        for v in raw:
+            sv = _str(v)
+            codes.append(nan if sv is None else lookup.get(sv, nan))
+        out[:, col[name]] = codes
+
+    if "name" in present:
+        lookup = index["name_tok"]
+        memo: dict[str | None, float] = {}
+        codes: list[float] = []
+        for f in feats:
+            sv = _str(f.get("name"))
+            code = memo.get(sv)
+            if code is None:
+                tok = name_token(sv)
+                code = memo[sv] = nan if tok is None else lookup.get(tok, nan)
+            codes.append(code)
+        out[:, col["name_tok"]] = codes
+    # gpu_type: the job's feature, else its single allowed type (as in job_runtime_row)
+    gpu_type: list[Value] = []
+    for j, f in zip(jobs, feats, strict=True):
+        if "gpu_type" in f:
+            gpu_type.append(f["gpu_type"])
+        elif j.gpu_types is not None and len(j.gpu_types) == 1:
+            gpu_type.append(j.gpu_types[0])
+        else:
+            gpu_type.append(None)
+    category("gpu_type", gpu_type)
+    for name in ("model", "dataset"):
+        if name in present:
+            category(name, [f.get(name) for f in feats])
+    out[:, col["gpus"]] = [float(j.gpus) for j in jobs]
+    for name in ("gpu_milli", "cpu_num", "mem_gib", "node_num", "batchsize", "amp", *HIST_KEYS):
+        if name in present:
+            out[:, col[name]] = [_num(f.get(name)) for f in feats]
+    out[:, col["hour"]] = [(j.submit_s % 86400.0) / 3600.0 for j in jobs]
+    out[:, col["estimate_s"]] = [_num(j.runtime_s) for j in jobs]
     return out
