@@ -4,7 +4,6 @@ of the neutral model on a hand-built problem, determinism, and the labelled fall
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from dataclasses import fields
 from typing import Any
@@ -12,7 +11,6 @@ from typing import Any
 import pytest
 
 import optsched
-from optsched.backends import available_backends
 from optsched.backends.base import SolveParams, SolveResult, SolveStatus
 from optsched.check import check_decision
 from optsched.generate import generate
@@ -21,11 +19,8 @@ from optsched.problem import EpochProblem, GuestCandidate, PendingClass, Running
 from optsched.state import load_state
 from tests.conftest import INSTANCES
 
-if importlib.util.find_spec("pulp") is None:  # a plain import would load highspy (see import_pulp)
-    pytest.skip("needs the pulp extra", allow_module_level=True)
-
 TINY = sorted((INSTANCES / "tiny").glob("*.json"))
-MILP_BACKENDS = [b for b in ("milp", "pulp") if b in available_backends()]
+MILP_BACKENDS = ["milp", "pulp"]  # both extras are in ".[all]": never filtered away
 PRED = EstimatePredictor()
 
 
@@ -275,7 +270,6 @@ def _plan(d: optsched.Decision) -> str:
     return json.dumps(data, sort_keys=True)
 
 
-@pytest.mark.skipif("milp" not in available_backends(), reason="needs the milp extra")
 def test_milp_is_deterministic_at_venus_size() -> None:
     snap = generate("venus", seed=0)
     first, second = solve(snap, "milp", 1.0), solve(snap, "milp", 1.0)

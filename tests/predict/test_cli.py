@@ -7,8 +7,6 @@ from typer.testing import CliRunner
 from optsched.cli.predictors import register
 from tests.predict.synth import write_traces
 
-pytest.importorskip("lightgbm")
-
 
 @pytest.fixture
 def app() -> typer.Typer:

@@ -18,8 +18,6 @@ from optsched.predict.train import (
 )
 from tests.predict.synth import colocate_info, single_data, venus_log
 
-pytest.importorskip("lightgbm")
-
 
 @pytest.fixture(scope="module")
 def runtime_data(tmp_path_factory):

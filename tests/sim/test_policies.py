@@ -3,7 +3,6 @@ passes schema validation, and runs are deterministic."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
@@ -102,8 +101,6 @@ def test_kueue_reclaims_and_sharing_beats_fifo_on_mini(mini: Trace) -> None:
     assert qssf["avg_queue_delay_s"] < fifo["avg_queue_delay_s"]
 
 
-@pytest.mark.skipif(importlib.util.find_spec("optsched.epoch") is None,
-                    reason="optsched.epoch (solve_epoch) not present in this checkout")
 @pytest.mark.parametrize("predictor", ["fallback", "oracle"])
 def test_optsched_decisions_pass_checker(predictor: str) -> None:
     tr = load_trace("mini", max_jobs=120)
