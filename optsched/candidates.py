@@ -74,9 +74,10 @@ def build_problem(
         guest_on[its_host] += state.job(guest_id).gpus
     share_limit = {i: asr.max_host_slowdown(signal[i].value) for i in ten_ids}
     max_cost = 0.0
+    down = {n for n, ok in node_ok.items() if not ok}
     for job in state.running():
         assert job.allocation is not None
-        if any(not node_ok[r.node] for r in job.allocation):
+        if down and any(r.node in down for r in job.allocation):
             forced.append(job.id)
             continue
         host_id = state.host_of.get(job.id)
@@ -93,13 +94,15 @@ def build_problem(
         remaining = max(0.0, est.runtime_s - elapsed)
         lost = job.restart_cost_s
         cost = preemption_cost(w, tweights[k], job.gpus, guaranteed, lost, remaining)
+        static_cost = preemption_cost(w, snap.tenants[k].weight, job.gpus, guaranteed, lost, remaining)
         max_cost = max(max_cost, cost)
         slots = 0
         if not guest and job.is_shareable and snap.gpu_types[types[t]].mps:
             slots = 0 if guest_on.get(job.id, 0) else job.gpus  # MPS *pairs*: one guest a host
         running.append(
             RunningItem(
-                job.id, k, t, job.gpus, job.on_loan, guest, candidate, cost, lost, slots, host=host_id
+                job.id, k, t, job.gpus, job.on_loan, guest, candidate, cost, lost, slots, host=host_id,
+                static_cost=static_cost,
             )
         )
 
@@ -125,30 +128,40 @@ def build_problem(
 
     # pending jobs: values, then classes -----------------------------------------------
     density: dict[str, float] = {}
+    static: dict[str, float] = {}
     unplaceable: list[str] = []
     members: dict[ClassKey, list[tuple[float, float, str]]] = defaultdict(list)
     memory: dict[str, float] = {}
     shareable_jobs: list[tuple[float, str, ClassKey]] = []
+    # per (tenant, gang, allowed types): the usable type indices and whether one is MPS
+    kinds: dict[tuple[int, int, tuple[str, ...] | None], tuple[tuple[int, ...], bool]] = {}
+    delays = {i: asr.max_delay(state, i)[0] for i in ten_ids}
     for job in state.pending():
         k = state.tenant_index[job.tenant]
-        allowed = tuple(
-            sorted(
-                tindex[t]
-                for t in state.allowed_types(job)
-                if capacity[tindex[t]] >= job.gpus and kept_over[k][tindex[t]] == 0
+        kind = (k, job.gpus, None if job.gpu_types is None else tuple(job.gpu_types))
+        got = kinds.get(kind)
+        if got is None:
+            usable = tuple(
+                sorted(
+                    tindex[t]
+                    for t in state.allowed_types(job)
+                    if capacity[tindex[t]] >= job.gpus and kept_over[k][tindex[t]] == 0
+                )
             )
-        )
+            got = kinds[kind] = (usable, any(snap.gpu_types[types[t]].mps for t in usable))
+        allowed, any_mps = got
         est = predictions.jobs[job.id]
-        d, _ = asr.max_delay(state, job.tenant)
+        d = delays[job.tenant]
         guaranteed = job.qos == "guaranteed"
         v = job_value(w, tweights[k], job.gpus, guaranteed, snap.now - job.submit_s, d, est.runtime_s)
+        static[job.id] = job_value(w, snap.tenants[k].weight, job.gpus, guaranteed, 0.0, d, est.runtime_s)
         density[job.id] = v / job.gpus
         if not allowed:
             unplaceable.append(job.id)
             continue
         key: ClassKey = (k, job.gpus, allowed, guaranteed, "")
         memory[job.id] = est.memory_gib
-        if job.is_shareable and any(snap.gpu_types[types[t]].mps for t in allowed):
+        if job.is_shareable and any_mps:
             shareable_jobs.append((-v, job.id, key))
         members[key].append((-v, job.submit_s, job.id))
 
@@ -236,6 +249,7 @@ def build_problem(
                 reclaim=reclaim,
                 shareable=bool(single),
                 memory_gib=max(memory[j] for j in jobs),
+                static_value=min(static[j] for j in jobs) + bonus,
             )
         )
         for ri, gv, hs, gs in pair_rows.get(single, []) if single else []:

@@ -25,6 +25,7 @@ internal error unless all three fail the checker.
 
 from __future__ import annotations
 
+import copy
 import functools
 import logging
 import time
@@ -270,8 +271,18 @@ def _cluster_decision(
             elif (
                 result is not None and result.objective is not None and result.objective < greedy_value - 1e-6
             ):
-                fallback_reason = f"{params.backend} answer worse than the greedy plan"
-                result = None
+                # the solver's bound still bounds the greedy plan: keep the better plan, labelled
+                # with the solver's bound (a scaled objective may not tell near-ties apart)
+                result = SolveResult(
+                    status=SolveStatus.FEASIBLE,
+                    backend=result.backend,
+                    seconds=result.seconds,
+                    assignment=copy.deepcopy(hint),
+                    objective=greedy_value,
+                    bound=result.bound,
+                    detail=f"{result.detail}; its answer ({result.objective:.6g}) was below the greedy "
+                    f"plan's ({greedy_value:.6g}), which is kept",
+                )
 
     def attempt(a: Assignment, res: SolveResult | None, reason: str | None, do_fill: bool) -> Decision:
         from optsched.decide import to_decision

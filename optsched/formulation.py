@@ -35,6 +35,7 @@ Constraint families, one function each, named after the invariant they enforce
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -87,6 +88,8 @@ class LinearModel:
 
 
 INF = float("inf")
+PAY_SCALE = 100
+"""Static values and costs enter the ``preemption_pays`` rows in hundredths (integers)."""
 
 
 def add_variables(m: LinearModel, p: EpochProblem) -> None:
@@ -244,6 +247,20 @@ def add_preemption_rules(m: LinearModel, p: EpochProblem) -> None:
             m.add(need_own[t], -INF, p.deficit[t], f"preempt_only_for_own_start[{tname}]")
         if any(c > 0 for c in need_guar[t].values()):
             m.add(need_guar[t], -INF, 0, f"preempt_in_quota_only_for_guaranteed[{tname}]")
+    # preemptions are paid with time-invariant worth: the static value of the in-quota starts
+    # they make room for (no aging, no assurance scaling; reclaim classes carry their bonus),
+    # so in a cluster where nothing changes, waiting longer never tips a job into preempting
+    pays: list[dict[int, int]] = [{} for _ in p.types]
+    for r, v in m.preempt.items():
+        run = p.running[r]
+        if not run.guest and p.deficit[run.type] == 0:
+            pays[run.type][v] = math.ceil(PAY_SCALE * run.static_cost)
+    for (c, t), v in m.own.items():
+        if pays[t]:
+            pays[t][v] = -math.floor(PAY_SCALE * p.pending[c].static_value)
+    for t, tname in enumerate(p.types):
+        if any(c > 0 for c in pays[t].values()):
+            m.add(pays[t], -INF, 0, f"preemption_pays[{tname}]")
 
 
 CONSTRAINT_FAMILIES = (

@@ -44,6 +44,9 @@ class PendingClass:
     shareable: bool
     memory_gib: float
     """Predicted memory per GPU (singleton guest classes; else the largest member's)."""
+    static_value: float = 0.0
+    """The least valuable member's worth without aging or assurance scaling (plus the reclaim
+    bonus of a reclaim class): what may pay for preemptions (see ``add_preemption_rules``)."""
 
     @property
     def job(self) -> str:
@@ -73,6 +76,8 @@ class RunningItem:
     else 0 (sharing forms pairs: one guest per host)."""
     host: str | None = None
     """For a running MPS guest: its host job (stopping the host stops the guest too)."""
+    static_cost: float = 0.0
+    """Preemption cost without assurance scaling: what a preemption must be paid with."""
 
 
 @dataclass(frozen=True)

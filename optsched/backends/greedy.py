@@ -15,10 +15,13 @@ within the rules (no preemption), so no decision leaves work undone that it coul
 from __future__ import annotations
 
 import heapq
+import itertools
+import math
 import time
 from typing import ClassVar
 
 from optsched.backends.base import SolveParams, SolveResult, SolveStatus
+from optsched.formulation import PAY_SCALE
 from optsched.problem import Assignment, EpochProblem
 
 
@@ -157,8 +160,70 @@ def greedy_assignment(p: EpochProblem, deadline: float | None = None) -> Assignm
     ledger = _Ledger(p)
     _repair(ledger, p, a)
     _run(p, a, ledger, reclaim=True, deadline=deadline)
+    _priority(p, a, ledger)
     _drop_unused_preemptions(p, a)
     return a
+
+
+def _priority(p: EpochProblem, a: Assignment, ledger: _Ledger) -> None:
+    """Preempt for guaranteed jobs that fit their own quota but not the free GPUs, when that
+    pays: victims on the job's type, cheapest per GPU first, their summed cost below the
+    job's value. Follows the model's rules: a preemption makes room for an in-quota start of
+    a guaranteed job on the same type, and in-quota best-effort jobs are stopped only for it."""
+    guests_of_host: dict[str, list[int]] = {}
+    for r, run in enumerate(p.running):
+        if run.host is not None:
+            guests_of_host.setdefault(run.host, []).append(r)
+    by_type: dict[int, list[int]] = {}
+    for r, run in enumerate(p.running):
+        if run.candidate and not run.guest and r not in a.preempt:
+            by_type.setdefault(run.type, []).append(r)
+    for lst in by_type.values():
+        lst.sort(key=lambda r: (p.running[r].cost / p.running[r].gpus, p.running[r].job))
+    by_owner: dict[tuple[int, int], list[int]] = {}
+    for t, lst in by_type.items():
+        for r in lst:
+            by_owner.setdefault((p.running[r].tenant, t), []).append(r)
+    order = sorted(
+        (c for c, cls in enumerate(p.pending) if cls.guaranteed and cls.own_types and c not in a.guests),
+        key=lambda c: (-p.pending[c].density, p.pending[c].job),
+    )
+    for c in order:
+        cls = p.pending[c]
+        while a.started(c) < cls.cap:
+            done = False
+            for t in cls.own_types:
+                # preemptions are paid with time-invariant worth (the model's preemption_pays)
+                gain = math.floor(PAY_SCALE * cls.static_value)
+                # the tenant's own victims free quota and GPUs, others' only GPUs
+                own_list = by_owner.get((cls.tenant, t), [])
+                others = (r for r in by_type.get(t, []) if p.running[r].tenant != cls.tenant)
+                taken: list[int] = []
+                cost = 0
+                got = None
+                for r in itertools.chain(own_list, others):
+                    if r in a.preempt:
+                        continue
+                    extra = math.ceil(PAY_SCALE * p.running[r].static_cost)
+                    if cost + extra > gain:
+                        break
+                    _preempt(ledger, p, r)
+                    taken.append(r)
+                    cost += extra
+                    got = _try_start(ledger, p, c, own_only=True)
+                    if got is not None:
+                        break
+                if got is not None:
+                    a.add(c, got[0], got[1])
+                    for r in taken:
+                        a.preempt.add(r)
+                        a.preempt.update(guests_of_host.get(p.running[r].job, []))
+                    done = True
+                    break
+                for r in taken:
+                    _preempt(ledger, p, r, sign=-1)
+            if not done:
+                break
 
 
 def fill(p: EpochProblem, a: Assignment, deadline: float | None = None) -> int:
