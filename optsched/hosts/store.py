@@ -218,4 +218,6 @@ class Store:
 
 def _epoch(row: tuple[Any, ...]) -> EpochRecord:
     cluster, seq, now, wall, sha, status, decision, state = row
-    return EpochRecord(cluster, int(seq), float(now), float(wall), sha, status, json.loads(decision), json.loads(state))
+    return EpochRecord(
+        cluster, int(seq), float(now), float(wall), sha, status, json.loads(decision), json.loads(state)
+    )
