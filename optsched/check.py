@@ -108,15 +108,17 @@ def _after(state: ClusterState, decision: Decision) -> _After:
     holders: dict[GpuKey, list[str]] = defaultdict(list)
     guests: dict[str, list[str]] = {}
     types: dict[str, str] = {}
+    host_of = state.host_of
     for job in state.running():
-        if job.id in preempted:
+        jid = job.id
+        if jid in preempted:
             continue
         assert job.allocation is not None
-        types[job.id] = state.job_type(job)
+        types[jid] = state.job_type(job)
         for ref in job.allocation:
-            holders[ref.key()].append(job.id)
-        if job.id in state.host_of:
-            guests[job.id] = [state.host_of[job.id]]
+            holders[(ref.node, ref.gpu)].append(jid)
+        if jid in host_of:
+            guests[jid] = [host_of[jid]]
     started: dict[str, Job] = {}
     for s in decision.start:
         if s.job not in state.job_index:
@@ -257,11 +259,12 @@ def check_placement(state: ClusterState, decision: Decision, after: _After) -> l
                         )
                     )
     # running jobs on unavailable nodes must be stopped
-    for job in state.running():
+    unavailable = {n.id for n in state.snapshot.nodes if not n.available}
+    for job in state.running() if unavailable else ():
         if job.id in after.preempted:
             continue
         assert job.allocation is not None
-        bad = [r.node for r in job.allocation if not state.node_available(r.node)]
+        bad = [r.node for r in job.allocation if r.node in unavailable]
         if bad:
             out.append(Violation(2, f"running job '{job.id}' kept on unavailable node '{bad[0]}'", (job.id,)))
     # a GPU given twice to jobs that are not an MPS host/guest pair
@@ -343,13 +346,14 @@ def _use(
     """Each GPU counts once, for the tenant of its host (its first holder that is no guest)."""
     use: dict[tuple[str, str], int] = defaultdict(int)
     node_index = state.node_index
+    job, node_type = state.job, state.node_type
     for key, ids in holders.items():
         if key[0] not in node_index:
             continue
         host = ids[0] if ids[0] not in guests else next((j for j in ids if j not in guests), None)
         if host is None:
             continue
-        use[(state.job(host).tenant, state.node_type(key[0]))] += 1
+        use[(job(host).tenant, node_type(key[0]))] += 1
     return use
 
 

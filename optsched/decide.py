@@ -31,12 +31,11 @@ from optsched.state import ClusterState, GpuKey
 
 def _free_gpus(state: ClusterState, stopped: set[str]) -> dict[str, list[int]]:
     """Free GPU indices per available node after the stopped jobs leave."""
-    held: set[GpuKey] = set()
-    for job in state.running():
-        if job.id in stopped:
-            continue
-        assert job.allocation is not None
-        held.update(r.key() for r in job.allocation)
+    # state.gpu_holders lists every GPU of every running job: a GPU stays held while one of
+    # its holders keeps running
+    held: set[GpuKey] = {
+        k for k, ids in state.gpu_holders.items() if any(j not in stopped for j in ids)
+    }
     free: dict[str, list[int]] = defaultdict(list)
     for node, gpu in state.cluster_gpus():
         if (node, gpu) not in held:
@@ -215,9 +214,15 @@ def to_decision(
     reasons: dict[str, QueueReason] = {}
     pending = [j for j in state.pending() if j.id not in started]
     pending.sort(key=lambda j: (-p.density.get(j.id, 0.0), j.submit_s, j.id))
+    # the reason depends on the job's tenant, gang and allowed types only: once per kind
+    kinds: dict[tuple[str, int, tuple[str, ...] | None], QueueReason] = {}
     for job in pending:
         queue.append(job.id)
-        reasons[job.id] = _reason(state, job.id, cap, free_before, free_after, use)
+        kind = (job.tenant, job.gpus, None if job.gpu_types is None else tuple(job.gpu_types))
+        why = kinds.get(kind)
+        if why is None:
+            why = kinds[kind] = _reason(state, job.id, cap, free_before, free_after, use)
+        reasons[job.id] = why
     preds = {
         jid: JobPrediction(
             runtime_s=round(e.runtime_s, 3),
