@@ -94,13 +94,15 @@ def build_problem(
         remaining = max(0.0, est.runtime_s - elapsed)
         lost = job.restart_cost_s
         cost = preemption_cost(w, tweights[k], job.gpus, guaranteed, lost, remaining)
+        static_cost = preemption_cost(w, snap.tenants[k].weight, job.gpus, guaranteed, lost, remaining)
         max_cost = max(max_cost, cost)
         slots = 0
         if not guest and job.is_shareable and snap.gpu_types[types[t]].mps:
             slots = 0 if guest_on.get(job.id, 0) else job.gpus  # MPS *pairs*: one guest a host
         running.append(
             RunningItem(
-                job.id, k, t, job.gpus, job.on_loan, guest, candidate, cost, lost, slots, host=host_id
+                job.id, k, t, job.gpus, job.on_loan, guest, candidate, cost, lost, slots, host=host_id,
+                static_cost=static_cost,
             )
         )
 
@@ -126,6 +128,7 @@ def build_problem(
 
     # pending jobs: values, then classes -----------------------------------------------
     density: dict[str, float] = {}
+    static: dict[str, float] = {}
     unplaceable: list[str] = []
     members: dict[ClassKey, list[tuple[float, float, str]]] = defaultdict(list)
     memory: dict[str, float] = {}
@@ -151,6 +154,7 @@ def build_problem(
         d = delays[job.tenant]
         guaranteed = job.qos == "guaranteed"
         v = job_value(w, tweights[k], job.gpus, guaranteed, snap.now - job.submit_s, d, est.runtime_s)
+        static[job.id] = job_value(w, snap.tenants[k].weight, job.gpus, guaranteed, 0.0, d, est.runtime_s)
         density[job.id] = v / job.gpus
         if not allowed:
             unplaceable.append(job.id)
@@ -245,6 +249,7 @@ def build_problem(
                 reclaim=reclaim,
                 shareable=bool(single),
                 memory_gib=max(memory[j] for j in jobs),
+                static_value=min(static[j] for j in jobs) + bonus,
             )
         )
         for ri, gv, hs, gs in pair_rows.get(single, []) if single else []:
