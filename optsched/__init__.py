@@ -14,6 +14,7 @@ from optsched.errors import OptschedError, SnapshotError
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
+    from optsched.apply import apply_decision
     from optsched.backends.base import SolveParams, SolveStatus
     from optsched.check import Violation, check_decision
     from optsched.epoch import solve_epoch
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 # Loaded on first use, so ``import optsched`` (and the command line) stays cheap: no pydantic
 # models, networkx or solvers until a name below is asked for.
 _LAZY = {
+    "apply_decision": "optsched.apply",
     "ClusterState": "optsched.state",
     "Decision": "optsched.schema",
     "Snapshot": "optsched.schema",
@@ -54,6 +56,7 @@ __all__ = [
     "SolveStatus",
     "Violation",
     "__version__",
+    "apply_decision",
     "check_decision",
     "load_state",
     "parse_snapshot",
