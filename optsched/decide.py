@@ -203,10 +203,11 @@ def to_decision(
     # queue with reasons ---------------------------------------------------------------------
     cap = state.capacity()
     free_after = {t: cap[t] - sum(v for (_, tt), v in use.items() if tt == t) for t in state.type_names}
-    free_before = {
-        t: cap[t] - sum(r.gpus for r in p.running if not r.guest and p.types[r.type] == t)
-        for t in state.type_names
-    }
+    held_before: dict[str, int] = defaultdict(int)  # host GPUs of every running job, per type
+    for run in p.running:
+        if not run.guest:
+            held_before[p.types[run.type]] += run.gpus
+    free_before = {t: cap[t] - held_before[t] for t in state.type_names}
     lent_in: dict[tuple[str, str], int] = defaultdict(int)
     for ln in loans:
         lent_in[(ln.borrower, ln.gpu_type)] += ln.gpus
