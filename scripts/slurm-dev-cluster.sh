@@ -1,0 +1,416 @@
+#!/usr/bin/env bash
+# A throw-away Slurm cluster on one machine, for optsched's Slurm adapter, its tests and demos.
+#
+#   scripts/slurm-dev-cluster.sh up     [DIR]   start munge, slurmctld and four slurmd (n1..n4)
+#   scripts/slurm-dev-cluster.sh down   DIR     stop exactly the processes `up` started in DIR
+#   scripts/slurm-dev-cluster.sh status DIR     which of them run, and the nodes as sinfo sees them
+#   scripts/slurm-dev-cluster.sh env    DIR     print the `export ...` lines again
+#
+# Everything lives under DIR (default: a fresh temporary folder): its own munge key, socket and
+# pid file (the system's munge is not touched), slurm.conf, gres.conf, cgroup.conf,
+# job_submit.lua, state, spool, logs, pid files and the fake GPU device files. Ports are picked
+# free on 127.0.0.1 at each `up`. Nodes: n1,n2 with gpu:a100:8, n3,n4 with gpu:v100:8, 16 CPUs
+# and 64 GB each (SlurmdParameters=config_overrides: the machine may have 2 cores). Partitions
+# a, b, c (default a) each span all four nodes; accounts are free text (there is no slurmdbd).
+#
+# Environment:
+#   GATE=on|off       on (default): job_submit.lua sets priority 0 on every job, so Slurm starts
+#                     nothing by itself and an external policy starts jobs with
+#                     `scontrol update JobId=X ReqNodeList=... StartTime=now; scontrol release X`.
+#                     off: no job_submit plugin; Slurm's own scheduler (sched/builtin) runs jobs.
+#   UP_TIMEOUT=S      seconds to wait for the four nodes to be idle (default 60).
+#   SLURM_DEV_QUIET=1 `up` prints only the export lines.
+#
+# `up` on a DIR whose cluster is running prints the export lines and changes nothing; on a DIR
+# whose cluster is partly running it stops what is left and starts it all again (state kept).
+# Runs without systemd; made for root (device nodes need mknod), as CI runs.
+set -euo pipefail
+
+NODES=(n1 n2 n3 n4)
+declare -A GPU_TYPE=([n1]=a100 [n2]=a100 [n3]=v100 [n4]=v100)
+GPUS_PER_NODE=8
+CPUS_PER_NODE=16
+MEM_PER_NODE=64000
+PARTITIONS=(a b c)
+
+die() { echo "slurm-dev-cluster: error: $*" >&2; exit 1; }
+say() { [[ "${SLURM_DEV_QUIET:-0}" == 1 ]] || echo "slurm-dev-cluster: $*" >&2; }
+
+usage() {
+    sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//' >&2
+    exit 2
+}
+
+need_bins() {
+    local missing=() b
+    for b in "$@"; do command -v "$b" >/dev/null 2>&1 || missing+=("$b"); done
+    if ((${#missing[@]})); then
+        die "missing binaries: ${missing[*]} (Debian: apt-get install -y slurmctld slurmd slurm-client munge)"
+    fi
+}
+
+# pid_of NAME: the pid recorded in DIR/run/NAME.pid if that process is alive and was started
+# with this DIR on its command line (a recycled pid is never ours); empty otherwise.
+pid_of() {
+    local f="$DIR/run/$1.pid" pid
+    [[ -s "$f" ]] || return 0
+    pid=$(tr -dc '0-9' <"$f")
+    [[ -n "$pid" && -r "/proc/$pid/cmdline" ]] || return 0
+    # A zombie (no init reaps daemons here) has an empty cmdline, so it is not alive either.
+    if tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$DIR/"; then echo "$pid"; fi
+}
+
+# running PID: the process exists and is not a zombie.
+running() {
+    local st
+    st=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 1
+    [[ -n "$st" && "$st" != Z ]]
+}
+
+daemons() { echo munged slurmctld; local n; for n in "${NODES[@]}"; do echo "slurmd-$n"; done; }
+
+# free_ports N: N distinct TCP ports free on 127.0.0.1 right now.
+free_ports() {
+    if command -v python3 >/dev/null 2>&1; then
+        python3 - "$1" <<'EOF'
+import socket, sys
+socks = []
+for _ in range(int(sys.argv[1])):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    socks.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+EOF
+        return
+    fi
+    # No python3: try random ports in a high range that nothing listens on (/proc/net/tcp*).
+    local used out=() p
+    used=$(awk 'NR>1 {split($2,a,":"); print strtonum("0x" a[2])}' /proc/net/tcp /proc/net/tcp6 2>/dev/null | sort -u)
+    while ((${#out[@]} < $1)); do
+        p=$((20000 + RANDOM % 20000))
+        grep -qx "$p" <<<"$used" && continue
+        [[ " ${out[*]} " == *" $p "* ]] && continue
+        out+=("$p")
+    done
+    echo "${out[*]}"
+}
+
+print_env() {
+    echo "export SLURM_CONF=$DIR/etc/slurm.conf"
+    echo "export SLURM_DEV_CLUSTER_DIR=$DIR"
+}
+
+logs_tail() {
+    local f
+    for f in "$DIR"/log/*.log; do
+        [[ -s "$f" ]] || continue
+        echo "---- ${f#"$DIR"/} (last 15 lines)" >&2
+        tail -n 15 "$f" >&2
+    done
+}
+
+write_config() {
+    local ports ctld_port i n t user gate="${GATE:-on}"
+    [[ "$gate" == on || "$gate" == off ]] || die "GATE must be on or off, not '$gate'"
+    read -r -a ports <<<"$(free_ports $((1 + ${#NODES[@]})))"
+    ctld_port=${ports[0]}
+    user=$(id -un)
+
+    mkdir -p "$DIR"/{etc,state,log,run,dev} "$DIR/munge"
+    chmod 0755 "$DIR" "$DIR/etc" "$DIR/run"
+    # munged wants execute-for-all on every folder above its socket, and no write for others.
+    chmod 0711 "$DIR/munge"
+    chmod 0700 "$DIR/state"
+    mkdir -p "$DIR/munge/sock" && chmod 0711 "$DIR/munge/sock"
+
+    # Fake GPUs: slurmd 22.05 drops a gres without File=, and File= must name a device node.
+    for n in "${NODES[@]}"; do
+        mkdir -p "$DIR/dev/$n" "$DIR/spool/$n"
+        for ((i = 0; i < GPUS_PER_NODE; i++)); do
+            [[ -c "$DIR/dev/$n/nvidia$i" ]] && continue
+            rm -f "$DIR/dev/$n/nvidia$i"
+            mknod "$DIR/dev/$n/nvidia$i" c 1 3 2>/dev/null ||
+                die "cannot mknod $DIR/dev/$n/nvidia$i (fake GPU device files need root or CAP_MKNOD)"
+        done
+    done
+
+    {
+        echo "# Written by scripts/slurm-dev-cluster.sh; rewritten at every 'up'."
+        echo "ClusterName=optsched-dev"
+        echo "SlurmctldHost=localhost(127.0.0.1)"
+        echo "SlurmctldPort=$ctld_port"
+        echo "SlurmUser=$user"
+        echo "SlurmdUser=$user"
+        echo "AuthType=auth/munge"
+        echo "CredType=cred/munge"
+        echo "AuthInfo=socket=$DIR/munge/sock/munge.socket"
+        echo "StateSaveLocation=$DIR/state"
+        echo "SlurmdSpoolDir=$DIR/spool/%n"
+        echo "SlurmctldPidFile=$DIR/run/slurmctld.pid"
+        echo "SlurmdPidFile=$DIR/run/slurmd-%n.pid"
+        echo "SlurmctldLogFile=$DIR/log/slurmctld.log"
+        echo "SlurmdLogFile=$DIR/log/slurmd-%n.log"
+        echo "SlurmctldDebug=info"
+        echo "SlurmdDebug=info"
+        echo "SlurmdParameters=config_overrides"
+        echo "ProctrackType=proctrack/linuxproc"
+        echo "TaskPlugin=task/none"
+        echo "JobAcctGatherType=jobacct_gather/none"
+        echo "AccountingStorageType=accounting_storage/none"
+        echo "JobCompType=jobcomp/filetxt"
+        echo "JobCompLoc=$DIR/log/jobcomp.txt"
+        echo "SchedulerType=sched/builtin"
+        echo "SchedulerParameters=batch_sched_delay=0"
+        echo "SelectType=select/cons_tres"
+        echo "SelectTypeParameters=CR_CPU" # memory not consumable: jobs share nodes by CPU and GPU
+        echo "GresTypes=gpu"
+        echo "MailProg=/bin/true"
+        echo "MpiDefault=none"
+        echo "ReturnToService=2"
+        echo "SlurmctldTimeout=30"
+        echo "SlurmdTimeout=60"
+        echo "InactiveLimit=0"
+        echo "KillWait=2"
+        echo "MinJobAge=300"
+        echo "Waittime=0"
+        echo "PlugStackConfig=$DIR/etc/plugstack.conf"
+        if [[ "$gate" == on ]]; then echo "JobSubmitPlugins=lua"; fi
+        for ((i = 0; i < ${#NODES[@]}; i++)); do
+            n=${NODES[$i]}
+            t=${GPU_TYPE[$n]}
+            echo "NodeName=$n NodeHostname=localhost NodeAddr=127.0.0.1 Port=${ports[$((i + 1))]}" \
+                "CPUs=$CPUS_PER_NODE RealMemory=$MEM_PER_NODE Gres=gpu:$t:$GPUS_PER_NODE State=UNKNOWN"
+        done
+        for ((i = 0; i < ${#PARTITIONS[@]}; i++)); do
+            local default=NO
+            ((i == 0)) && default=YES
+            echo "PartitionName=${PARTITIONS[$i]} Nodes=ALL Default=$default MaxTime=INFINITE State=UP"
+        done
+    } >"$DIR/etc/slurm.conf.new"
+    mv "$DIR/etc/slurm.conf.new" "$DIR/etc/slurm.conf"
+
+    {
+        for n in "${NODES[@]}"; do
+            echo "NodeName=$n Name=gpu Type=${GPU_TYPE[$n]} File=$DIR/dev/$n/nvidia[0-$((GPUS_PER_NODE - 1))]"
+        done
+    } >"$DIR/etc/gres.conf"
+
+    # slurmd 22.05 dies on cgroup detection without this, even with proctrack/task not cgroup.
+    echo "CgroupPlugin=cgroup/v1" >"$DIR/etc/cgroup.conf"
+    : >"$DIR/etc/plugstack.conf"
+
+    cat >"$DIR/etc/job_submit.lua" <<'EOF'
+-- optsched's gate: every job is held at submission (priority 0), so Slurm never starts a job
+-- by itself. The policy starts a job by pinning its nodes and releasing it:
+--   scontrol update JobId=X NumNodes=K ReqNodeList=n1,n2 StartTime=now; scontrol release X
+-- and preempts one with `scontrol requeuehold X` (back to held, GPUs freed).
+function slurm_job_submit(job_desc, part_list, submit_uid)
+    job_desc.priority = 0
+    return slurm.SUCCESS
+end
+
+function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+    return slurm.SUCCESS
+end
+EOF
+    echo "$gate" >"$DIR/etc/gate"
+}
+
+start_munge() {
+    if [[ ! -s "$DIR/munge/munge.key" ]]; then
+        if command -v mungekey >/dev/null 2>&1; then
+            mungekey --create --keyfile="$DIR/munge/munge.key" >/dev/null
+        else
+            dd if=/dev/urandom of="$DIR/munge/munge.key" bs=1024 count=1 status=none
+        fi
+    fi
+    chmod 0400 "$DIR/munge/munge.key"
+    munged --key-file="$DIR/munge/munge.key" \
+        --socket="$DIR/munge/sock/munge.socket" \
+        --pid-file="$DIR/run/munged.pid" \
+        --log-file="$DIR/log/munged.log" \
+        --seed-file="$DIR/munge/munged.seed" \
+        --num-threads=2 >>"$DIR/log/munged.log" 2>&1 ||
+        { logs_tail; die "munged did not start"; }
+}
+
+# wait_for WHAT SECONDS COMMAND...: poll COMMAND every 0.1 s; fail at once (with the logs'
+# tail) when a daemon named in WATCH has died, and after SECONDS.
+WATCH=()
+wait_for() {
+    local what=$1 secs=$2 deadline name
+    shift 2
+    deadline=$((SECONDS + secs))
+    until "$@" >/dev/null 2>&1; do
+        for name in "${WATCH[@]}"; do
+            if [[ -s "$DIR/run/$name.pid" && -z "$(pid_of "$name")" ]]; then
+                logs_tail
+                die "$name exited while waiting for $what (logs above; all under $DIR/log)"
+            fi
+        done
+        if ((SECONDS >= deadline)); then
+            logs_tail
+            die "timed out after ${secs}s waiting for $what (logs above; all under $DIR/log)"
+        fi
+        sleep 0.1
+    done
+}
+
+nodes_idle() {
+    local out
+    out=$(sinfo -h -N -p "${PARTITIONS[0]}" -o '%N %t' 2>/dev/null) || return 1
+    [[ $(grep -cE '^n[0-9]+ idle$' <<<"$out") -eq ${#NODES[@]} ]]
+}
+
+alive() { [[ -n "$(pid_of "$1")" ]]; }
+
+# Job step daemons (slurmstepd) that slurmd of this DIR forked: their working folder or an open
+# file lies under DIR. They outlive slurmd, so `down` ends them (and what they run) itself.
+stepds_of_dir() {
+    local p f
+    for p in /proc/[0-9]*; do
+        [[ "$(cat "$p/comm" 2>/dev/null)" == slurmstepd ]] || continue
+        for f in "$p/cwd" "$p"/fd/*; do
+            if [[ "$(readlink "$f" 2>/dev/null)" == "$DIR/"* ]]; then
+                echo "${p#/proc/}"
+                break
+            fi
+        done
+    done
+}
+
+stop_all() {
+    local name pid pids=() left jobs stepds kids
+    # Cancel the cluster's jobs while the controller runs, so their steps end cleanly.
+    if [[ -n "$(pid_of slurmctld)" ]]; then
+        jobs=$(SLURM_CONF="$DIR/etc/slurm.conf" squeue -h -o %i 2>/dev/null | tr '\n' ' ') || jobs=""
+        if [[ -n "${jobs// /}" ]]; then
+            say "cancelling jobs: $jobs"
+            # shellcheck disable=SC2086
+            SLURM_CONF="$DIR/etc/slurm.conf" scancel $jobs 2>/dev/null || true
+            for _ in $(seq 1 30); do
+                [[ -z "$(stepds_of_dir)" ]] && break
+                sleep 0.1
+            done
+        fi
+    fi
+    # slurmd first, the controller next, munge last: each still has what it needs to shut down.
+    for name in "${NODES[@]/#/slurmd-}" slurmctld munged; do
+        pid=$(pid_of "$name")
+        [[ -n "$pid" ]] || continue
+        kill -TERM "$pid" 2>/dev/null || true
+        pids+=("$pid")
+        say "stopping $name (pid $pid)"
+    done
+    stepds=$(stepds_of_dir)
+    for pid in $stepds; do
+        kids=$(pgrep -P "$pid" || true)
+        say "stopping slurmstepd (pid $pid) and what it runs (${kids:-nothing})"
+        # shellcheck disable=SC2086
+        kill -TERM $kids 2>/dev/null || true
+        kill -KILL "$pid" 2>/dev/null || true
+        pids+=("$pid")
+    done
+    ((${#pids[@]})) || return 0
+    for _ in $(seq 1 100); do
+        left=()
+        for pid in "${pids[@]}"; do running "$pid" && left+=("$pid"); done
+        ((${#left[@]})) || return 0
+        sleep 0.1
+    done
+    for pid in "${left[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+    say "killed (SIGKILL) pids still running after 10 s: ${left[*]}"
+}
+
+cmd_up() {
+    need_bins munged slurmctld slurmd sinfo scontrol squeue sbatch mknod
+    local running=0 total=0 name n
+    if [[ -z "${DIR:-}" ]]; then
+        DIR=$(mktemp -d "${TMPDIR:-/tmp}/optsched-slurm.XXXXXX")
+    fi
+    mkdir -p "$DIR"
+    DIR=$(cd "$DIR" && pwd -P)
+    export SLURM_CONF="$DIR/etc/slurm.conf"
+    for name in $(daemons); do
+        total=$((total + 1))
+        alive "$name" && running=$((running + 1))
+    done
+    if ((running == total)) && nodes_idle_or_busy; then
+        say "already running in $DIR"
+        print_env
+        return 0
+    fi
+    if ((running > 0)); then
+        say "partly running in $DIR ($running of $total daemons): restarting all"
+        stop_all
+    fi
+    write_config
+    rm -f "$DIR"/run/*.pid # stale ones would read as "exited" below
+    WATCH=()
+    start_munge
+    WATCH=(munged)
+    wait_for "the munge socket" 10 test -S "$DIR/munge/sock/munge.socket"
+    # -f names DIR on each daemon's command line: that is how pid_of tells ours from others.
+    slurmctld -f "$SLURM_CONF" >>"$DIR/log/slurmctld.log" 2>&1 || { logs_tail; die "slurmctld did not start"; }
+    WATCH+=(slurmctld)
+    wait_for "slurmctld to answer" 30 scontrol ping
+    for n in "${NODES[@]}"; do
+        slurmd -f "$SLURM_CONF" -N "$n" >>"$DIR/log/slurmd-$n.log" 2>&1 || { logs_tail; die "slurmd -N $n did not start"; }
+        WATCH+=("slurmd-$n")
+    done
+    wait_for "four idle nodes (sinfo)" "${UP_TIMEOUT:-60}" nodes_idle
+    say "up in $DIR: nodes ${NODES[*]}, partitions ${PARTITIONS[*]}, gate $(cat "$DIR/etc/gate")"
+    print_env
+}
+
+# True when sinfo answers with all four nodes in any state but down/unknown.
+nodes_idle_or_busy() {
+    local out
+    out=$(sinfo -h -N -p "${PARTITIONS[0]}" -o '%N %t' 2>/dev/null) || return 1
+    [[ $(grep -cvE ' (down|unk|drain|fail|futr)' <<<"$out") -eq ${#NODES[@]} ]]
+}
+
+cmd_down() {
+    [[ -n "${DIR:-}" ]] || die "down needs the cluster's DIR"
+    [[ -d "$DIR" ]] || die "no such folder: $DIR"
+    DIR=$(cd "$DIR" && pwd -P)
+    stop_all
+    say "stopped (files kept in $DIR)"
+}
+
+cmd_status() {
+    [[ -n "${DIR:-}" ]] || die "status needs the cluster's DIR"
+    [[ -d "$DIR" ]] || die "no such folder: $DIR"
+    DIR=$(cd "$DIR" && pwd -P)
+    local name pid up=0 total=0
+    for name in $(daemons); do
+        total=$((total + 1))
+        pid=$(pid_of "$name")
+        if [[ -n "$pid" ]]; then
+            echo "$name running (pid $pid)"
+            up=$((up + 1))
+        else
+            echo "$name stopped"
+        fi
+    done
+    if ((up > 0)) && command -v sinfo >/dev/null 2>&1; then
+        SLURM_CONF="$DIR/etc/slurm.conf" sinfo -N -o '%N %P %t %G' || true
+    fi
+    ((up == total))
+}
+
+[[ $# -ge 1 ]] || usage
+action=$1
+DIR=${2:-}
+case "$action" in
+up) cmd_up ;;
+down) cmd_down ;;
+status) cmd_status ;;
+env)
+    [[ -n "$DIR" && -f "$DIR/etc/slurm.conf" ]] || die "env needs the DIR of a cluster made by 'up'"
+    DIR=$(cd "$DIR" && pwd -P)
+    print_env
+    ;;
+-h | --help | help) usage ;;
+*) die "unknown action '$action' (up|down|status|env)" ;;
+esac
