@@ -10,7 +10,8 @@ One module per command group, each with a ``register(app)``:
 * :mod:`optsched.cli.engine` — ``solve``, ``check``, ``schema``, ``generate``, ``show-versions``;
 * :mod:`optsched.cli.simulate` — ``simulate`` (the trace-driven cluster simulator);
 * :mod:`optsched.cli.predictors` — ``train`` and ``predictors evaluate``;
-* :mod:`optsched.cli.workflows` — ``workflows simulate|sweep-load|offline|calibrate``.
+* :mod:`optsched.cli.workflows` — ``workflows simulate|sweep-load|offline|calibrate``;
+* :mod:`optsched.cli.serve` — ``serve`` (the HTTP policy service).
 
 Importing this package stays cheap: solvers, LightGBM, pandas, matplotlib and the simulators
 are imported only inside the command that needs them.
@@ -23,7 +24,7 @@ from typing import Annotated, Any
 
 import typer
 
-from optsched.cli import engine, predictors, simulate, workflows
+from optsched.cli import engine, predictors, serve, simulate, workflows
 from optsched.cli.common import DEBUG
 from optsched.errors import BackendUnavailableError, OptschedError, SnapshotError
 
@@ -43,7 +44,7 @@ def _main(
     DEBUG["on"] = debug
 
 
-for _group in (engine, simulate, predictors, workflows):
+for _group in (engine, simulate, predictors, workflows, serve):
     _group.register(app)
 
 

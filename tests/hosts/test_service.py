@@ -1,0 +1,336 @@
+"""The HTTP policy service (``optsched serve``): routes, auth, limits, errors naming the field,
+assurance state carried by the store, Kubernetes extender verbs by contract (JSON fixtures in the
+``k8s.io/kube-scheduler/extender/v1`` shapes), metrics, and one real server on loopback."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import copy
+import json
+import multiprocessing
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("httpx")
+
+import httpx
+
+with warnings.catch_warnings():  # starlette suggests another HTTP client for its TestClient
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from fastapi.testclient import TestClient
+
+from optsched import ClusterState, Decision, check_decision, parse_snapshot, solve_epoch
+from optsched.generate import generate
+from optsched.hosts.service import ServiceConfig, create_app
+from optsched.hosts.store import Store
+
+DATA = Path(__file__).parent / "data"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _json(name: str) -> Any:
+    return json.loads((DATA / name).read_text())
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[concurrent.futures.ProcessPoolExecutor]:
+    """One solver pool for the module (spawned once; each app would otherwise start its own)."""
+    ctx = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(max_workers=2, mp_context=ctx) as ex:
+        yield ex
+
+
+def _client(pool: concurrent.futures.Executor, tmp_path: Path, **cfg: Any) -> TestClient:
+    cfg.setdefault("db", tmp_path / "serve.db")
+    cfg.setdefault("workers", 2)
+    return TestClient(create_app(ServiceConfig(**cfg), executor=pool))
+
+
+def _tiny() -> dict[str, Any]:
+    return generate("tiny", 0)
+
+
+def test_epoch_decision_job_and_openapi(pool: concurrent.futures.Executor, tmp_path: Path) -> None:
+    snap = _json("extender_snapshot.json")
+    with _client(pool, tmp_path) as c:
+        assert c.get("/healthz").json()["status"] == "ok"
+        r = c.post("/v1/clusters/c1/epochs", json=snap)
+        assert r.status_code == 200, r.text
+        assert r.headers["X-Optsched-Epoch"] == "1"
+        decision = Decision.model_validate(r.json())
+        assert check_decision(ClusterState.from_snapshot(parse_snapshot(snap)), decision) == []
+        assert [s.job for s in decision.start] == ["vis-train"]
+
+        latest = c.get("/v1/clusters/c1/decision")
+        assert latest.status_code == 200 and latest.json() == r.json()
+        assert c.get("/v1/clusters/nope/decision").status_code == 404
+
+        start = c.get("/v1/clusters/c1/jobs/vis-train").json()
+        assert (start["action"], start["reason"], start["epoch"]) == ("start", "in quota", 1)
+        assert {g["node"] for g in start["allocation"]} == {"n0"}
+        pre = c.get("/v1/clusters/c1/jobs/nlp-sweep").json()
+        assert (pre["action"], pre["reason"]) == ("preempt", "reclaim")
+        queued = c.get("/v1/clusters/c1/jobs/audio-extra").json()
+        assert queued["action"] == "queue" and queued["reason"] == decision.queue_reasons["audio-extra"]
+        assert queued["queue_position"] == 0 and queued["notes"] == decision.solver.notes
+        missing = c.get("/v1/clusters/c1/jobs/ghost")
+        assert missing.status_code == 404 and "ghost" in missing.json()["error"]
+
+        api = c.get("/openapi.json").json()
+        for path in (
+            "/v1/clusters/{cluster}/epochs",
+            "/v1/clusters/{cluster}/decision",
+            "/v1/clusters/{cluster}/jobs/{job}",
+            "/v1/clusters/{cluster}/extender/filter",
+            "/v1/clusters/{cluster}/extender/prioritize",
+            "/v1/clusters/{cluster}/extender/preempt",
+            "/healthz",
+            "/metrics",
+        ):
+            assert path in api["paths"], path
+        schemas = api["components"]["schemas"]
+        assert {"Snapshot", "Decision", "ExtenderArgs", "ExtenderFilterResult", "HostPriority"} <= set(
+            schemas
+        )
+        body = api["paths"]["/v1/clusters/{cluster}/epochs"]["post"]["requestBody"]
+        assert body["content"]["application/json"]["schema"]["$ref"] == "#/components/schemas/Snapshot"
+
+    # the store holds the epoch and its actions with their reasons
+    store = Store(tmp_path / "serve.db")
+    acts = {(a.job, a.action, a.reason) for a in store.actions("c1")}
+    assert ("nlp-sweep", "preempt", "reclaim") in acts and ("vis-train", "start", "in quota") in acts
+    assert ("audio-extra", "queue", decision.queue_reasons["audio-extra"]) in acts
+
+
+def test_assurance_state_is_carried_by_the_store(pool: concurrent.futures.Executor, tmp_path: Path) -> None:
+    first = _json("extender_snapshot.json")
+    second = copy.deepcopy(first)
+    second["now"] += 60.0
+    with _client(pool, tmp_path) as c:
+        d1 = c.post("/v1/clusters/a/epochs", json=first).json()
+        r2 = c.post("/v1/clusters/a/epochs", json=second)
+        assert r2.status_code == 200 and r2.headers["X-Optsched-Epoch"] == "2"
+        assert r2.headers["X-Optsched-Assurance-State"] == "filled-from-store"
+        d2 = r2.json()
+    # the server solved the second snapshot with the first decision's state filled in
+    expected = solve_epoch({**second, "assurance_state": d1["assurance_state"]})
+    assert d2["assurance_state"] == expected.model_dump(mode="json")["assurance_state"]
+    assert d2["assurance"] == pytest.approx(expected.assurance)
+    fresh = solve_epoch(second)  # without the state the vision tenant's wait would be forgotten
+    assert fresh.assurance_state != expected.assurance_state
+    assert Store(tmp_path / "serve.db").assurance_state("a") == d2["assurance_state"]
+
+
+def test_bearer_token(pool: concurrent.futures.Executor, tmp_path: Path) -> None:
+    with _client(pool, tmp_path, token="s3cret") as c:
+        assert c.get("/healthz").status_code == 200
+        r = c.post("/v1/clusters/c/epochs", json=_tiny())
+        assert r.status_code == 401 and r.headers["WWW-Authenticate"] == "Bearer"
+        assert "token" in r.json()["error"]
+        assert c.get("/metrics", headers={"Authorization": "Bearer wrong"}).status_code == 401
+        ok = c.post("/v1/clusters/c/epochs", json=_tiny(), headers={"Authorization": "Bearer s3cret"})
+        assert ok.status_code == 200
+
+
+def test_body_limit(pool: concurrent.futures.Executor, tmp_path: Path) -> None:
+    with _client(pool, tmp_path, max_body_bytes=2048) as c:
+        big = json.dumps(_tiny()).encode()
+        assert len(big) > 2048
+        r = c.post("/v1/clusters/c/epochs", content=big, headers={"Content-Type": "application/json"})
+        assert r.status_code == 413 and "2048" in r.json()["error"]
+
+        def chunks() -> Iterator[bytes]:  # no Content-Length: counted while it streams in
+            for i in range(0, len(big), 1000):
+                yield big[i : i + 1000]
+
+        r = c.post("/v1/clusters/c/epochs", content=chunks(), headers={"Content-Type": "application/json"})
+        assert r.status_code == 413
+        assert c.get("/v1/clusters/c/decision").status_code == 404  # nothing was recorded
+
+
+def test_malformed_requests_name_the_field(pool: concurrent.futures.Executor, tmp_path: Path) -> None:
+    with _client(pool, tmp_path) as c:
+        r = c.post(
+            "/v1/clusters/c/epochs", content=b"{not json", headers={"Content-Type": "application/json"}
+        )
+        assert r.status_code == 400 and r.json()["error"].startswith("malformed JSON")
+
+        bad = _tiny()
+        bad["jobs"][3]["tenant"] = "x"
+        r = c.post("/v1/clusters/c/epochs", json=bad)
+        assert r.status_code == 422
+        assert r.json() == {"error": "jobs[3].tenant: unknown tenant 'x'"}
+
+        shape = _tiny()
+        shape["jobs"][1]["gpus"] = "many"
+        r = c.post("/v1/clusters/c/epochs", json=shape)
+        assert r.status_code == 422 and r.json()["error"].startswith("jobs[1].gpus: ")
+
+        r = c.post("/v1/clusters/c/epochs", json=[1, 2])
+        assert r.status_code == 422
+
+        args = _json("extender_filter_args.json")
+        del args["Pod"]
+        r = c.post("/v1/clusters/c/extender/filter", json=args)
+        assert r.status_code == 422 and r.json()["error"] == "Pod: required field is missing"
+        args = _json("extender_filter_args.json")
+        args["NodeNames"] = ["n0", 7]
+        r = c.post("/v1/clusters/c/extender/filter", json=args)
+        assert r.status_code == 422 and r.json()["error"].startswith("NodeNames[1]: ")
+        r = c.post(
+            "/v1/clusters/c/extender/filter", content=b"[", headers={"Content-Type": "application/json"}
+        )
+        assert r.status_code == 400
+
+        r = c.post("/v1/clusters/bad%20id/epochs", json=_tiny())
+        assert r.status_code == 422 and r.json()["error"].startswith("cluster: ")
+        assert c.get("/v1/clusters/c/decision").status_code == 404
+
+
+def test_timeouts_answer_503_and_504(pool: concurrent.futures.Executor, tmp_path: Path) -> None:
+    venus = generate("venus", 0)
+    with _client(pool, tmp_path, timeout_s=0.05) as c:
+        r = c.post("/v1/clusters/v/epochs", json=venus)  # a Venus-size epoch takes ~0.6 s
+        assert r.status_code == 504 and "0.05" in r.json()["error"]
+        svc = c.app.state.service  # type: ignore[attr-defined]
+        import asyncio
+
+        lock = asyncio.Lock()
+        svc._locks["busy"] = lock
+        c.portal.call(lock.acquire)  # type: ignore[union-attr]
+        r = c.post("/v1/clusters/busy/epochs", json=_tiny())
+        assert r.status_code == 503 and "busy" in r.json()["error"]
+        lock.release()
+
+
+def _decided(c: TestClient, cluster: str = "k") -> Decision:
+    r = c.post(f"/v1/clusters/{cluster}/epochs", json=_json("extender_snapshot.json"))
+    assert r.status_code == 200, r.text
+    return Decision.model_validate(r.json())
+
+
+FILTER_KEYS = {"Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}
+
+
+def test_extender_filter_by_contract(pool: concurrent.futures.Executor, tmp_path: Path) -> None:
+    with _client(pool, tmp_path) as c:
+        none = c.post("/v1/clusters/k/extender/filter", json=_json("extender_filter_args.json")).json()
+        assert set(none) == FILTER_KEYS and "no decided epoch" in none["Error"]
+
+        decision = _decided(c)
+        # node-cache capable form (NodeNames); the pod maps to its job by annotation
+        r = c.post("/v1/clusters/k/extender/filter", json=_json("extender_filter_args.json"))
+        assert r.status_code == 200 and r.json() == _json("extender_filter_result.json")
+
+        # full Nodes form; the pod maps to its job by name; a queued job fails everywhere
+        r = c.post("/v1/clusters/k/extender/filter", json=_json("extender_filter_nodes_args.json")).json()
+        assert set(r) == FILTER_KEYS and r["NodeNames"] is None and r["Nodes"]["items"] == []
+        reason = decision.queue_reasons["audio-extra"]
+        assert r["FailedAndUnresolvableNodes"] == {
+            n: f"optsched plan queues job 'audio-extra': {reason}" for n in ("n0", "n1")
+        }
+        assert r["FailedNodes"] == {} and r["Error"] == ""
+
+        # a running job passes where it runs; a job the plan does not know is an error
+        args = _json("extender_filter_args.json")
+        args["Pod"]["metadata"]["annotations"] = {"optsched.io/job": "audio-run"}
+        assert c.post("/v1/clusters/k/extender/filter", json=args).json()["NodeNames"] == ["n1"]
+        args["Pod"]["metadata"]["annotations"] = {"optsched.io/job": "ghost"}
+        assert "ghost" in c.post("/v1/clusters/k/extender/filter", json=args).json()["Error"]
+
+
+def test_extender_prioritize_and_preempt_by_contract(
+    pool: concurrent.futures.Executor, tmp_path: Path
+) -> None:
+    with _client(pool, tmp_path) as c:
+        _decided(c)
+        r = c.post("/v1/clusters/k/extender/preempt", json=_json("extender_preempt_meta_args.json"))
+        # victims never seen as pods are named by their job id
+        assert r.json() == {
+            "NodeNameToMetaVictims": {"n0": {"Pods": [{"UID": "nlp-sweep"}], "NumPDBViolations": 0}}
+        }
+
+        r = c.post("/v1/clusters/k/extender/prioritize", json=_json("extender_prioritize_args.json"))
+        assert r.status_code == 200 and r.json() == _json("extender_prioritize_result.json")
+        r = c.post("/v1/clusters/k/extender/preempt", json=_json("extender_preempt_args.json"))
+        assert r.status_code == 200 and r.json() == _json("extender_preempt_result.json")
+        # once seen, a victim keeps its pod's UID in the node-cache capable form too
+        r = c.post("/v1/clusters/k/extender/preempt", json=_json("extender_preempt_meta_args.json"))
+        uid = _json("extender_preempt_result.json")["NodeNameToMetaVictims"]["n0"]["Pods"][0]["UID"]
+        assert r.json()["NodeNameToMetaVictims"]["n0"]["Pods"] == [{"UID": uid}]
+
+        queued = _json("extender_preempt_args.json")
+        queued["Pod"]["metadata"] = {"name": "audio-extra"}
+        assert c.post("/v1/clusters/k/extender/preempt", json=queued).json() == {"NodeNameToMetaVictims": {}}
+        prio = _json("extender_prioritize_args.json")
+        prio["Pod"]["metadata"] = {"name": "audio-extra"}
+        assert [h["Score"] for h in c.post("/v1/clusters/k/extender/prioritize", json=prio).json()] == [0, 0]
+
+
+def test_metrics_text(pool: concurrent.futures.Executor, tmp_path: Path) -> None:
+    with _client(pool, tmp_path) as c:
+        assert c.post("/v1/clusters/m/epochs", json=_tiny()).status_code == 200
+        c.post("/v1/clusters/m/epochs", content=b"{", headers={"Content-Type": "application/json"})
+        text = c.get("/metrics").text
+    assert (
+        'optsched_http_requests_total{method="POST",route="/v1/clusters/{cluster}/epochs",status="200"} 1.0'
+        in text
+    )
+    assert 'route="/v1/clusters/{cluster}/epochs",status="400"} 1.0' in text
+    assert "optsched_solve_seconds_bucket" in text and "optsched_solve_seconds_count 1.0" in text
+    assert "optsched_decisions_total{status=" in text
+    assert "optsched_fallbacks_total 0.0" in text
+    assert "optsched_http_in_flight 1.0" in text  # the /metrics request itself
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_real_server_on_loopback(tmp_path: Path) -> None:
+    port = _free_port()
+    env = {**os.environ, "OPTSCHED_TOKEN": "t0k"}
+    cmd = [sys.executable, "-m", "optsched.cli", "serve", "--port", str(port), "--workers", "1"]
+    cmd += ["--db", str(tmp_path / "serve.db"), "--log-level", "warning"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
+            assert time.monotonic() < deadline, "the server did not come up"
+            time.sleep(0.2)
+        headers = {"Authorization": "Bearer t0k"}
+        r = httpx.post(f"{base}/v1/clusters/tiny/epochs", json=_tiny(), headers=headers, timeout=30)
+        assert r.status_code == 200, r.text
+        assert Decision.model_validate(r.json()).now == _tiny()["now"]
+        assert httpx.post(f"{base}/v1/clusters/tiny/epochs", json=_tiny(), timeout=30).status_code == 401
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:  # pragma: no cover
+            proc.kill()
+            proc.wait()
+    out = proc.stdout.read().decode() if proc.stdout else ""
+    # uvicorn shuts down gracefully, then re-raises SIGTERM so the exit status tells the signal
+    assert proc.returncode in (0, -signal.SIGTERM), out
+    assert "Traceback" not in out and "leaked" not in out, out
