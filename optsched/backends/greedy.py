@@ -35,6 +35,10 @@ class _Ledger:
         self.own = p.held(own_only=True)
         self.freed = [0] * len(p.types)
         self.started = [0] * len(p.types)
+        # the lending pool per type, kept up to date tenant by tenant (see ``pool``)
+        self._pool = [
+            sum(self._share(i, t) for i in range(len(p.tenants))) for t in range(len(p.types))
+        ]
         if a is not None:
             for r in a.preempt:
                 _preempt(self, p, r)
@@ -42,18 +46,21 @@ class _Ledger:
                 for (t, loan), k in counts.items():
                     self.apply(p.pending[c].tenant, t, k * p.pending[c].gpus, not loan)
 
+    def _share(self, i: int, t: int) -> int:
+        """Tenant ``i``'s part of the pool on type ``t``: lendable idle quota, or minus its
+        borrowing."""
+        p = self.p
+        q, u = p.quota[i][t], self.use[i][t]
+        if u < q:
+            ll = p.lend_limit[i][t]
+            return q - u if ll is None else min(ll, q - u)
+        if u > q + p.kept_over[i][t]:
+            return -(u - q - p.kept_over[i][t])
+        return 0
+
     def pool(self, t: int) -> int:
         """Lendable idle quota minus current borrowing on type ``t``."""
-        p = self.p
-        total = 0
-        for i in range(len(p.tenants)):
-            q, u = p.quota[i][t], self.use[i][t]
-            if u < q:
-                ll = p.lend_limit[i][t]
-                total += q - u if ll is None else min(ll, q - u)
-            elif u > q + p.kept_over[i][t]:
-                total -= u - q - p.kept_over[i][t]
-        return total
+        return self._pool[t]
 
     def borrow_ok(self, i: int, t: int) -> bool:
         bl = self.p.borrow_limit[i][t]
@@ -61,7 +68,9 @@ class _Ledger:
 
     def apply(self, i: int, t: int, g: int, own: bool, sign: int = 1) -> None:
         self.free[t] -= sign * g
+        before = self._share(i, t)
         self.use[i][t] += sign * g
+        self._pool[t] += self._share(i, t) - before
         self.started[t] += sign * g
         if own:
             self.own[i][t] += sign * g
@@ -201,18 +210,36 @@ def _priority(p: EpochProblem, a: Assignment, ledger: _Ledger) -> None:
                 taken: list[int] = []
                 cost = 0
                 got = None
+                # count first, apply once: GPUs still needed on the type, and quota room; once
+                # both are met, each further victim is applied and the start retried (the loan
+                # pool may still need on-loan jobs of others to stop)
+                need_gpus = cls.gpus - ledger.free[t]
+                need_room = cls.gpus - (p.quota[cls.tenant][t] - ledger.own[cls.tenant][t])
+                applied = False
                 for r in itertools.chain(own_list, others):
                     if r in a.preempt:
                         continue
-                    extra = math.ceil(PAY_SCALE * p.running[r].static_cost)
+                    run = p.running[r]
+                    extra = math.ceil(PAY_SCALE * run.static_cost)
                     if cost + extra > gain:
                         break
-                    _preempt(ledger, p, r)
                     taken.append(r)
                     cost += extra
-                    got = _try_start(ledger, p, c, own_only=True)
-                    if got is not None:
-                        break
+                    need_gpus -= run.gpus
+                    if run.tenant == cls.tenant and not run.on_loan:
+                        need_room -= run.gpus
+                    if applied:
+                        _preempt(ledger, p, r)
+                    elif need_gpus <= 0 and need_room <= 0:
+                        for x in taken:
+                            _preempt(ledger, p, x)
+                        applied = True
+                    if applied:
+                        got = _try_start(ledger, p, c, own_only=True)
+                        if got is not None:
+                            break
+                if not applied:
+                    taken = []
                 if got is not None:
                     a.add(c, got[0], got[1])
                     for r in taken:
@@ -253,7 +280,15 @@ def _drop_unused_preemptions(p: EpochProblem, a: Assignment) -> None:
             trial -= {g for g, x in enumerate(p.running) if x.host == run.job}
             test = Assignment(starts=a.starts, guests=a.guests, preempt=trial)
             lt = _Ledger(p, test)
-            if lt.free[t] >= 0 and lt.pool(t) >= 0:
+            i = run.tenant
+            own_starts = any(
+                not loan and tt == t and p.pending[c].tenant == i
+                for c, counts in a.starts.items()
+                for (tt, loan) in counts
+            )
+            # keeping the job must not push its tenant's in-quota use over quota
+            quota_ok = not own_starts or lt.own[i][t] <= p.quota[i][t]
+            if lt.free[t] >= 0 and lt.pool(t) >= 0 and lt.borrow_ok(i, t) and quota_ok:
                 a.preempt = trial
                 over -= run.gpus
             if over <= 0:
