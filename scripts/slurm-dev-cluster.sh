@@ -225,12 +225,14 @@ start_munge() {
         fi
     fi
     chmod 0400 "$DIR/munge/munge.key"
+    # --force: the folder may sit under a private (0700) one, e.g. pytest's tmp; munged then only
+    # warns that other users could not reach the socket (our clients run as the same user).
     munged --key-file="$DIR/munge/munge.key" \
         --socket="$DIR/munge/sock/munge.socket" \
         --pid-file="$DIR/run/munged.pid" \
         --log-file="$DIR/log/munged.log" \
         --seed-file="$DIR/munge/munged.seed" \
-        --num-threads=2 >>"$DIR/log/munged.log" 2>&1 ||
+        --num-threads=2 --force >>"$DIR/log/munged.log" 2>&1 ||
         { logs_tail; die "munged did not start"; }
 }
 
