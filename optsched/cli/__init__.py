@@ -11,7 +11,8 @@ One module per command group, each with a ``register(app)``:
 * :mod:`optsched.cli.simulate` — ``simulate`` (the trace-driven cluster simulator);
 * :mod:`optsched.cli.predictors` — ``train`` and ``predictors evaluate``;
 * :mod:`optsched.cli.workflows` — ``workflows simulate|sweep-load|offline|calibrate``;
-* :mod:`optsched.cli.serve` — ``serve`` (the HTTP policy service).
+* :mod:`optsched.cli.serve` — ``serve`` (the HTTP policy service);
+* :mod:`optsched.cli.slurm` — ``slurm run|demo`` (the Slurm adapter).
 
 Importing this package stays cheap: solvers, LightGBM, pandas, matplotlib and the simulators
 are imported only inside the command that needs them.
@@ -24,7 +25,7 @@ from typing import Annotated, Any
 
 import typer
 
-from optsched.cli import engine, predictors, serve, simulate, workflows
+from optsched.cli import engine, predictors, serve, simulate, slurm, workflows
 from optsched.cli.common import DEBUG
 from optsched.errors import BackendUnavailableError, OptschedError, SnapshotError
 
@@ -44,7 +45,7 @@ def _main(
     DEBUG["on"] = debug
 
 
-for _group in (engine, simulate, predictors, workflows, serve):
+for _group in (engine, simulate, predictors, workflows, serve, slurm):
     _group.register(app)
 
 

@@ -1,0 +1,102 @@
+"""``optsched slurm run|demo``: optsched as the scheduling policy of a Slurm cluster.
+
+``run`` is the adapter's daemon (:mod:`optsched.hosts.slurm` over the shared host loop);
+``demo`` replays a small Venus-like job stream through a real (dev) Slurm cluster twice, with
+Slurm's own scheduling and with optsched, and compares them from Slurm's own records. The
+adapter, the solver and the demo are imported only when a command runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from pathlib import Path
+from typing import Any
+
+import typer
+
+app = typer.Typer(
+    name="slurm",
+    help="Run optsched as the policy of a Slurm cluster.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+
+def _load(config: Path) -> Any:
+    from optsched.hosts.config import load_config
+
+    return load_config(config)
+
+
+@app.command("run")
+def run(
+    config: Path = typer.Option(..., "--config", help="adapter config (TOML; see docs/slurm.md)"),
+    once: bool = typer.Option(False, "--once", help="decide and apply one epoch, then exit"),
+    interval: float | None = typer.Option(
+        None, "--interval", help="seconds between epochs (default: epoch_s)"
+    ),
+    log_level: str = typer.Option("info", "--log-level", help="debug | info | warning"),
+) -> None:
+    """Every epoch: read squeue/sinfo, decide, check, start/preempt jobs, record (store)."""
+    logging.basicConfig(
+        level=getattr(logging, log_level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    cfg = _load(config)
+    from optsched.hosts.slurm import make_loop
+    from optsched.hosts.store import Store
+
+    store = Store(cfg.store)
+    loop = make_loop(cfg, store)
+    if once:
+        res = loop.step()
+        typer.echo(
+            f"epoch {res.seq}: {'refused' if res.refused else res.decision.status}, "
+            f"{sum(a.outcome == 'ok' for a in res.actions)} actions ok, "
+            f"{sum(a.outcome != 'ok' for a in res.actions)} not"
+        )
+        store.close()
+        raise typer.Exit(1 if res.refused else 0)
+
+    def _stop(signum: int, frame: Any) -> None:
+        logging.getLogger("optsched.hosts").info("signal %d: stopping after this epoch", signum)
+        loop.stop()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    loop.run(interval if interval is not None else cfg.epoch_s)
+    store.close()
+
+
+@app.command("demo")
+def demo(
+    out: Path = typer.Option(Path("runs/slurm-demo"), "--out", help="output folder"),
+    jobs: int = typer.Option(200, "--jobs", help="jobs in the stream"),
+    seed: int = typer.Option(0, "--seed"),
+    span_s: float = typer.Option(150.0, "--span-s", help="arrivals spread over this many seconds"),
+    modes: str = typer.Option("slurm,optsched", "--modes", help="comma-separated: slurm, optsched"),
+    cluster_dir: Path | None = typer.Option(
+        None, "--cluster-dir", help="where the dev clusters live (default: a temporary folder)"
+    ),
+) -> None:
+    """The same job stream through Slurm's own scheduling and through optsched, side by side."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from optsched.hosts.demo import DemoSpec, run_demo
+
+    chosen = [m.strip() for m in modes.split(",") if m.strip()]
+    bad = [m for m in chosen if m not in ("slurm", "optsched")]
+    if bad or not chosen:
+        from optsched.cli.common import fail
+
+        fail("--modes", f"unknown mode(s) {bad or chosen}; use slurm, optsched")
+    text = run_demo(DemoSpec(jobs=jobs, seed=seed, span_s=span_s), out, chosen, cluster_dir)
+    typer.echo(text)
+
+
+def register(main: typer.Typer) -> None:
+    """Add the ``slurm`` sub-command group to ``main``."""
+    main.add_typer(app, name="slurm")
+
+
+__all__ = ["app", "register"]

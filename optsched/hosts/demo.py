@@ -1,0 +1,339 @@
+"""``optsched slurm demo``: one Venus-like job stream through a real Slurm, twice.
+
+Once with Slurm's own scheduling (the dev cluster without the gate: ``sched/builtin``) and once
+with optsched as the policy (gate on, the adapter's loop every ``epoch_s``). Jobs are ``sleep``
+commands; the stream is generated with a fixed seed and compressed in time (arrivals over
+``span_s`` seconds, durations of seconds). Everything reported is computed from Slurm's own
+completion records (``jobcomp/filetxt``): per tenant the queueing delay (first start minus
+submission), the QoS compliance of guaranteed jobs (share started within the tenant's
+``max_queue_delay_s``) and GPU-seconds; for the cluster the GPU utilisation (GPU-seconds of
+every run, requeued ones included, over 32 GPUs x the makespan).
+
+The stream (:func:`make_stream`): Poisson arrivals whose rate follows Venus' hour-of-day
+submission profile compressed into ``span_s``; gang sizes drawn from Venus' GPU-count
+distribution (1, 2, 4, 8, 16 GPUs; 16 = two whole nodes); lognormal durations (median 8 s,
+sigma 1.0, capped at 60 s); four tenants with unequal offered load (two guaranteed ones, one of
+them over its quota, and two best-effort ones).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import re
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "slurm-dev-cluster.sh"
+HOUR_WEIGHTS = (
+    0.0345, 0.0326, 0.0283, 0.0253, 0.0130, 0.0111, 0.0105, 0.0111, 0.0158, 0.0290, 0.0440, 0.0544,
+    0.0529, 0.0531, 0.0695, 0.0718, 0.0706, 0.0693, 0.0547, 0.0553, 0.0549, 0.0602, 0.0447, 0.0333,
+)  # fmt: skip
+"""Share of Venus GPU-job submissions per hour of day (as in the shipped mini trace)."""
+GPU_SIZES = ((1, 0.52), (2, 0.10), (4, 0.10), (8, 0.13), (16, 0.06))
+"""Venus' GPU-count distribution, truncated to two whole nodes."""
+TOTAL_GPUS = 32
+
+# tenant: (Slurm account, qos class, max_queue_delay_s or None, share of the offered load)
+TENANTS: dict[str, tuple[str, str, float | None, float]] = {
+    "prod": ("prod", "guaranteed", 20.0, 0.40),
+    "research": ("research", "guaranteed", 30.0, 0.20),
+    "batch": ("batch", "best_effort", None, 0.30),
+    "dev": ("dev", "best_effort", None, 0.10),
+}
+
+CONFIG = """\
+cluster = "demo"
+epoch_s = {epoch_s}
+time_limit_s = 1.0
+store = "optsched.db"
+start_wait_s = 2.0
+free_wait_s = 3.0
+
+[gpu_types.a100]
+name = "A100"
+memory_gib = 80
+speed = 1.0
+
+[gpu_types.v100]
+name = "V100"
+memory_gib = 32
+speed = 1.0
+
+[[tenants]]
+id = "prod"
+accounts = ["prod"]
+quota = {{ a100 = 8, v100 = 4 }}
+qos = {{ max_queue_delay_s = 20 }}
+default_qos = "guaranteed"
+
+[[tenants]]
+id = "research"
+accounts = ["research"]
+quota = {{ a100 = 4, v100 = 4 }}
+qos = {{ max_queue_delay_s = 30 }}
+default_qos = "guaranteed"
+
+[[tenants]]
+id = "batch"
+accounts = ["batch"]
+quota = {{ a100 = 4, v100 = 4 }}
+
+[[tenants]]
+id = "dev"
+accounts = ["dev"]
+quota = {{ v100 = 4 }}
+"""
+
+
+@dataclass(frozen=True)
+class DemoSpec:
+    jobs: int = 200
+    seed: int = 0
+    span_s: float = 150.0
+    load: float = 0.9
+    """Offered GPU-seconds over ``TOTAL_GPUS * span_s``."""
+    median_s: float = 8.0
+    sigma: float = 1.0
+    max_s: float = 60.0
+    epoch_s: float = 2.0
+
+
+@dataclass(frozen=True)
+class DemoJob:
+    name: str
+    tenant: str
+    gpus: int
+    duration_s: int
+    arrival_s: float
+
+
+def make_stream(spec: DemoSpec) -> list[DemoJob]:
+    """The job stream: deterministic for a seed."""
+    rng = random.Random(spec.seed)
+    sizes = [rng.choices([g for g, _ in GPU_SIZES], [w for _, w in GPU_SIZES])[0] for _ in range(spec.jobs)]
+    durs = [
+        max(1, min(int(spec.max_s), round(spec.median_s * math.exp(rng.gauss(0, spec.sigma)))))
+        for _ in range(spec.jobs)
+    ]
+    # scale durations so the offered load is spec.load
+    offered = sum(g * d for g, d in zip(sizes, durs, strict=True))
+    scale = spec.load * TOTAL_GPUS * spec.span_s / offered
+    durs = [max(1, min(int(spec.max_s), round(d * scale))) for d in durs]
+    # arrivals: hour-of-day profile compressed into span_s
+    hours = rng.choices(range(24), HOUR_WEIGHTS, k=spec.jobs)
+    arrivals = sorted((h + rng.random()) / 24 * spec.span_s for h in hours)
+    names = list(TENANTS)
+    shares = [TENANTS[t][3] for t in names]
+    out = []
+    for i in range(spec.jobs):
+        tenant = rng.choices(names, shares)[0]
+        out.append(
+            DemoJob(f"d{i:04d}-{tenant}-g{sizes[i]}", tenant, sizes[i], durs[i], round(arrivals[i], 2))
+        )
+    return out
+
+
+def _sbatch_args(job: DemoJob) -> list[str]:
+    account = TENANTS[job.tenant][0]
+    shape = ["-N2", "--gres=gpu:8"] if job.gpus == 16 else ["-N1", f"--gres=gpu:{job.gpus}"]
+    return [
+        "sbatch", "--parsable", "-o", "/dev/null", "-J", job.name, "-A", account, "-t", "5",
+        *shape, "--wrap", f"sleep {job.duration_s}",
+    ]  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------- one run
+def _cluster(action: str, folder: Path, gate: str) -> dict[str, str]:
+    env = {**os.environ, "GATE": gate, "SLURM_DEV_QUIET": "1"}
+    p = subprocess.run(["bash", str(SCRIPT), action, str(folder)], capture_output=True, text=True, env=env)
+    if p.returncode != 0:
+        raise RuntimeError(f"slurm-dev-cluster.sh {action} failed: {p.stderr.strip()[-2000:]}")
+    out = dict(os.environ)
+    for line in p.stdout.splitlines():
+        m = re.match(r"export (\w+)=(.*)", line.strip())
+        if m:
+            out[m.group(1)] = m.group(2)
+    return out
+
+
+def run_mode(mode: str, stream: list[DemoJob], spec: DemoSpec, folder: Path, timeout_s: float = 900) -> Path:
+    """Run the stream on a fresh cluster in ``folder``; returns its jobcomp file."""
+    folder.mkdir(parents=True, exist_ok=True)
+    env = _cluster("up", folder / "cluster", "on" if mode == "optsched" else "off")
+    stop = threading.Event()
+    loop_thread: threading.Thread | None = None
+    loop: Any = None
+    store: Any = None
+    try:
+        if mode == "optsched":
+            from optsched.hosts.config import load_config
+            from optsched.hosts.loop import HostLoop
+            from optsched.hosts.slurm import SlurmCommands, SlurmHost
+            from optsched.hosts.store import Store
+
+            (folder / "optsched.toml").write_text(CONFIG.format(epoch_s=spec.epoch_s))
+            cfg = load_config(folder / "optsched.toml")
+            store = Store(cfg.store)
+            from optsched import SolveParams
+
+            host = SlurmHost(cfg, store, SlurmCommands(env=env))
+            loop = HostLoop(host, store, SolveParams(backend=cfg.backend, time_limit_s=cfg.time_limit_s))
+            loop_thread = threading.Thread(target=loop.run, args=(spec.epoch_s,), daemon=True)
+            loop_thread.start()
+        t0 = time.monotonic()
+        submitted: dict[str, str] = {}
+        for job in stream:
+            delay = job.arrival_s - (time.monotonic() - t0)
+            if delay > 0:
+                stop.wait(delay)
+            p = subprocess.run(_sbatch_args(job), capture_output=True, text=True, env=env)
+            if p.returncode == 0:
+                submitted[job.name] = p.stdout.strip().split(";")[0]
+        # wait until every job has finished
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            q = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True, env=env)
+            if q.returncode == 0 and not q.stdout.strip():
+                break
+            time.sleep(1.0)
+        time.sleep(1.5)  # jobcomp is written as jobs end
+        if loop is not None:
+            loop.stop()
+            if loop_thread is not None:
+                loop_thread.join(timeout=30)
+        (folder / "submitted.json").write_text(json.dumps(submitted, indent=1))
+        return folder / "cluster" / "log" / "jobcomp.txt"
+    finally:
+        if store is not None:
+            store.close()
+        _cluster("down", folder / "cluster", "off")
+
+
+# ---------------------------------------------------------------------------------- metrics
+def _t(v: str) -> float:
+    return datetime.fromisoformat(v).timestamp()
+
+
+def read_jobcomp(path: Path) -> list[dict[str, str]]:
+    """The records of a ``jobcomp/filetxt`` file (one ``key=value ...`` line per ended run)."""
+    out = []
+    for line in path.read_text().splitlines():
+        rec = dict(re.findall(r"(\w+)=(\S*)", line))
+        if "JobId" in rec:
+            out.append(rec)
+    return out
+
+
+def metrics(records: list[dict[str, str]], stream: list[DemoJob]) -> dict[str, Any]:
+    """Per-tenant queueing delay, QoS compliance and GPU-seconds; cluster utilisation."""
+    spec = {j.name: j for j in stream}
+    runs: dict[str, list[dict[str, str]]] = {}
+    for r in records:
+        if r.get("Name") in spec:
+            runs.setdefault(r["JobId"], []).append(r)
+    per: dict[str, dict[str, list[float]]] = {t: {"delay": [], "gpu_s": []} for t in TENANTS}
+    t_first, t_last, gpu_s_all, done, requeued = math.inf, 0.0, 0.0, 0, 0
+    for recs in runs.values():
+        job = spec[recs[0]["Name"]]
+        submit = min(_t(r["SubmitTime"]) for r in recs if r.get("SubmitTime", "Unknown") != "Unknown")
+        starts = [_t(r["StartTime"]) for r in recs if r.get("StartTime", "Unknown") != "Unknown"]
+        if not starts:
+            continue
+        first_start = min(starts)
+        per[job.tenant]["delay"].append(max(0.0, first_start - submit))
+        for r in recs:
+            if r.get("StartTime", "Unknown") == "Unknown" or r.get("EndTime", "Unknown") == "Unknown":
+                continue
+            g = job.gpus * max(0.0, _t(r["EndTime"]) - _t(r["StartTime"]))
+            per[job.tenant]["gpu_s"].append(g)
+            gpu_s_all += g
+            t_last = max(t_last, _t(r["EndTime"]))
+        t_first = min(t_first, submit)
+        done += any(r.get("JobState") == "COMPLETED" for r in recs)
+        requeued += sum(
+            r.get("JobState") in ("PENDING", "REQUEUED", "PREEMPTED", "REQUEUE_HOLD") for r in recs
+        )
+    span = max(1.0, t_last - t_first)
+    tenants: dict[str, Any] = {}
+    for t, d in per.items():
+        delays = sorted(d["delay"])
+        limit = TENANTS[t][2]
+        tenants[t] = {
+            "jobs": len(delays),
+            "avg_queue_s": sum(delays) / len(delays) if delays else None,
+            "p95_queue_s": delays[min(len(delays) - 1, int(0.95 * len(delays)))] if delays else None,
+            "qos_compliance": (sum(x <= limit for x in delays) / len(delays))
+            if limit is not None and delays
+            else None,
+            "gpu_s": sum(d["gpu_s"]),
+        }
+    all_delays = [x for d in per.values() for x in d["delay"]]
+    return {
+        "jobs_completed": done,
+        "runs_requeued": requeued,
+        "makespan_s": span,
+        "gpu_utilisation": gpu_s_all / (TOTAL_GPUS * span),
+        "avg_queue_s": sum(all_delays) / max(1, len(all_delays)),
+        "tenants": tenants,
+    }
+
+
+def _f(v: Any, fmt: str) -> str:
+    return "n/a" if v is None else fmt.format(v)
+
+
+def markdown(summary: dict[str, Any]) -> str:
+    modes = list(summary["modes"])
+    lines = [
+        "| tenant (QoS, max delay) | " + " | ".join(f"{m} avg / p95 queue s | {m} QoS" for m in modes) + " |",
+        "|---|" + "---:|---:|" * len(modes),
+    ]
+    for t, (_, q, lim, _) in TENANTS.items():
+        cells = []
+        for m in modes:
+            d = summary["modes"][m]["tenants"][t]
+            cells.append(f"{_f(d['avg_queue_s'], '{:.1f}')} / {_f(d['p95_queue_s'], '{:.0f}')}")
+            cells.append(_f(d["qos_compliance"], "{:.2f}"))
+        label = f"{t} ({q}{', ' + format(lim, '.0f') + ' s' if lim is not None else ''})"
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines += ["", "| cluster | " + " | ".join(modes) + " |", "|---|" + "---:|" * len(modes)]
+    for key, label, fmt in (
+        ("gpu_utilisation", "GPU utilisation", "{:.3f}"),
+        ("avg_queue_s", "avg queue s (all jobs)", "{:.1f}"),
+        ("makespan_s", "makespan s", "{:.0f}"),
+        ("jobs_completed", "jobs completed", "{:d}"),
+        ("runs_requeued", "runs requeued (preempted)", "{:d}"),
+    ):
+        lines.append(f"| {label} | " + " | ".join(_f(summary["modes"][m][key], fmt) for m in modes) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def run_demo(spec: DemoSpec, out: Path, modes: list[str], cluster_dir: Path | None = None) -> str:
+    """Run the modes, write ``summary.json`` and ``summary.md`` under ``out``; returns the Markdown."""
+    out.mkdir(parents=True, exist_ok=True)
+    stream = make_stream(spec)
+    base = cluster_dir or Path(tempfile.mkdtemp(prefix="optsched-slurm-demo."))
+    summary: dict[str, Any] = {
+        "spec": asdict(spec),
+        "tenants": {t: list(v) for t, v in TENANTS.items()},
+        "modes": {},
+    }
+    for mode in modes:
+        t0 = time.monotonic()
+        jobcomp = run_mode(mode, stream, spec, base / mode)
+        recs = read_jobcomp(jobcomp) if jobcomp.exists() else []
+        (out / f"jobcomp-{mode}.txt").write_text(jobcomp.read_text() if jobcomp.exists() else "")
+        summary["modes"][mode] = metrics(recs, stream) | {"wall_s": round(time.monotonic() - t0, 1)}
+    text = markdown(summary)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True))
+    (out / "summary.md").write_text(text)
+    return text

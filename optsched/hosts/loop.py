@@ -1,0 +1,241 @@
+"""The host loop every host shares: read -> snapshot -> decide -> check -> apply -> record.
+
+A *host* (the Slurm adapter, a test double) knows how to observe its cluster as a format-1
+snapshot and how to carry a decision out; :class:`HostLoop` does the rest, the same way for
+every host:
+
+1. **read and snapshot**: the host builds the snapshot, given the :class:`History` read from
+   the store (the assurance state the last decision returned, which running jobs run on loan);
+2. **decide**: :func:`optsched.solve_epoch`;
+3. **check**: :func:`optsched.check_decision` on the same snapshot. A decision that fails it is
+   *never* acted on: the epoch is recorded as ``refused`` with one action row per violated
+   invariant, and the previous assurance state stays the one to feed back;
+4. **record the intent**: the epoch (snapshot hash, decision, assurance state) is stored
+   *before* anything is done, so a crash while applying loses no decision;
+5. **apply**: the host carries out preemptions, starts and loans, reporting each action
+   (job, action, outcome, reason) as it goes; each lands in the store at once;
+6. **record the outcome**: which running jobs run on loan (``meta['on_loan']``) is updated
+   from the actions that succeeded.
+
+Everything a restart needs is in the store, so a new loop on the same store continues where
+the last one stopped and does not flip the previous decision.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from optsched.hosts.store import Store
+
+if TYPE_CHECKING:
+    from optsched import Decision, Snapshot, SolveParams
+
+log = logging.getLogger("optsched.hosts")
+
+ON_LOAN_KEY = "on_loan"
+"""Store meta key: {job id: true} for the running jobs a decision started on loan."""
+
+
+@dataclass(frozen=True)
+class Action:
+    """One thing a host did (or tried to do) about a decision, and why."""
+
+    job: str
+    action: str
+    """``start``, ``preempt``, ``loan``, ``hold``, ``refuse``, ..."""
+    outcome: str
+    """``ok``, ``skipped`` (the job changed under us, the capacity is not there), ``failed``."""
+    reason: str
+
+    def row(self) -> tuple[str, str, str, str]:
+        return (self.job, self.action, self.outcome, self.reason)
+
+
+@dataclass
+class History:
+    """What the store remembers of the previous epochs, for the next snapshot."""
+
+    seq: int
+    """The last recorded epoch (0 before the first)."""
+    assurance_state: dict[str, Any] | None
+    on_loan: dict[str, bool]
+    last_decision: dict[str, Any] | None
+    """The last decision that was applied (not a refused one)."""
+
+
+Report = Callable[[Action], None]
+
+
+class Host(Protocol):
+    """What a host provides to the loop."""
+
+    cluster: str
+
+    def snapshot(self, history: History) -> Snapshot:
+        """Observe the cluster now, as a format-1 snapshot."""
+        ...
+
+    def apply(self, snapshot: Snapshot, decision: Decision, history: History, report: Report) -> None:
+        """Carry out a checked decision; call ``report`` once per action, as it happens."""
+        ...
+
+
+@dataclass
+class EpochResult:
+    """What one step of the loop did."""
+
+    seq: int
+    snapshot: Snapshot
+    decision: Decision
+    refused: bool
+    violations: list[str] = field(default_factory=list)
+    actions: list[Action] = field(default_factory=list)
+
+
+class HostLoop:
+    """Runs epochs of one host against one store.
+
+    Parameters
+    ----------
+    host:
+        The cluster adapter.
+    store:
+        The store the loop's state lives in (shared by restarts).
+    params:
+        Solver parameters (``None``: the snapshot's options, then the engine's defaults).
+    work_conserving:
+        Whether the check includes invariant 8 (the engine's own promise; on by default).
+    """
+
+    def __init__(
+        self,
+        host: Host,
+        store: Store,
+        params: SolveParams | None = None,
+        *,
+        work_conserving: bool = True,
+        decide: Callable[[Snapshot], Decision] | None = None,
+    ) -> None:
+        self.host = host
+        self.store = store
+        self.params = params
+        self.work_conserving = work_conserving
+        self._decide = decide
+        self._stop = threading.Event()
+
+    # ------------------------------------------------------------------ history
+    def history(self) -> History:
+        """The state of the previous epochs, read from the store (never from memory)."""
+        cluster = self.host.cluster
+        recs = self.store.epochs(cluster, limit=50)
+        last_applied = next((r.decision for r in recs if r.status != "refused"), None)
+        on_loan = self.store.get_meta(cluster, ON_LOAN_KEY) or {}
+        return History(
+            seq=recs[0].seq if recs else 0,
+            assurance_state=recs[0].assurance_state or None if recs else None,
+            on_loan={str(k): bool(v) for k, v in on_loan.items()},
+            last_decision=last_applied,
+        )
+
+    # ------------------------------------------------------------------ one epoch
+    def decide(self, snapshot: Snapshot) -> Decision:
+        if self._decide is not None:
+            return self._decide(snapshot)
+        from optsched import solve_epoch
+
+        return solve_epoch(snapshot, params=self.params)
+
+    def step(self) -> EpochResult:
+        """Run one epoch: snapshot, decide, check, record, apply, record."""
+        from optsched import ClusterState, check_decision
+
+        cluster = self.host.cluster
+        hist = self.history()
+        snap = self.host.snapshot(hist)
+        snap_json = snap.model_dump_json(exclude_none=True)
+        decision = self.decide(snap)
+        state = ClusterState.from_snapshot(snap)
+        violations = [str(v) for v in check_decision(state, decision, work_conserving=self.work_conserving)]
+        dec = json.loads(decision.model_dump_json(exclude_none=True))
+        if violations:
+            # Never act on it; keep the previous assurance state as the one to feed back.
+            refused = {
+                "now": decision.now,
+                "status": "refused",
+                "assurance_state": hist.assurance_state or {},
+                "refused_decision": dec,
+                "violations": violations,
+            }
+            acts = [Action("*", "refuse", "skipped", v) for v in violations]
+            seq = self.store.record_epoch(cluster, snap_json, refused, [a.row() for a in acts])
+            for v in violations:
+                log.error("epoch %d: decision refused, nothing applied: %s", seq, v)
+            return EpochResult(seq, snap, decision, True, violations, acts)
+
+        seq = self.store.record_epoch(cluster, snap_json, dec)
+        log.info(
+            "epoch %d: %s, %d start, %d preempt, %d loans, %d queued",
+            seq,
+            decision.status,
+            len(decision.start),
+            len(decision.preempt),
+            len(decision.loans),
+            len(decision.queue),
+        )
+        actions: list[Action] = []
+
+        def report(a: Action) -> None:
+            actions.append(a)
+            self.store.record_actions(cluster, seq, [a.row()])
+            level = logging.INFO if a.outcome == "ok" else logging.WARNING
+            log.log(level, "epoch %d: %s %s: %s (%s)", seq, a.action, a.job, a.outcome, a.reason)
+
+        try:
+            self.host.apply(snap, decision, hist, report)
+        finally:
+            self._record_loans(hist, decision, actions, snap)
+        return EpochResult(seq, snap, decision, False, [], actions)
+
+    def _record_loans(self, hist: History, decision: Decision, actions: list[Action], snap: Snapshot) -> None:
+        """Which running jobs run on loan after this epoch: started on loan and still running."""
+        started = {a.job for a in actions if a.action == "start" and a.outcome == "ok"}
+        stopped = {a.job for a in actions if a.action == "preempt" and a.outcome == "ok"}
+        on_loan = dict(hist.on_loan)
+        for j in snap.jobs:  # what the snapshot says is what the engine saw and kept
+            if j.state == "running" and j.on_loan:
+                on_loan[j.id] = True
+        for s in decision.start:
+            if s.job in started and s.on_loan:
+                on_loan[s.job] = True
+        live = {j.id for j in snap.jobs if j.state == "running"} | started
+        on_loan = {k: True for k in on_loan if k in live and k not in stopped}
+        self.store.set_meta(self.host.cluster, ON_LOAN_KEY, on_loan)
+
+    # ------------------------------------------------------------------ the daemon
+    def run(self, interval_s: float, *, epochs: int | None = None) -> int:
+        """Run epochs every ``interval_s`` seconds until :meth:`stop` (or ``epochs`` ran).
+
+        An epoch that raises is logged and the loop goes on (the cluster may be briefly
+        unreachable); returns the number of epochs run.
+        """
+        done = 0
+        while not self._stop.is_set() and (epochs is None or done < epochs):
+            t0 = time.monotonic()
+            try:
+                self.step()
+            except Exception:
+                log.exception("epoch failed; retrying at the next interval")
+            done += 1
+            if epochs is not None and done >= epochs:
+                break
+            self._stop.wait(max(0.0, interval_s - (time.monotonic() - t0)))
+        return done
+
+    def stop(self) -> None:
+        self._stop.set()

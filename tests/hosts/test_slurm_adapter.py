@@ -1,0 +1,304 @@
+"""The Slurm adapter: snapshots from recorded squeue/sinfo JSON, and end to end on a real dev
+cluster (the ``slurm_cluster`` fixture): loan and reclaim, a two-node gang placed exactly where
+optsched decides, a preemption for a guaranteed job, a restart from the store, and a job
+cancelled between the read and the act."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from optsched import ClusterState, Decision, Snapshot, check_decision, solve_epoch
+from optsched.hosts.config import SlurmConfig, parse_config
+from optsched.hosts.loop import HostLoop
+from optsched.hosts.slurm import (
+    Observation,
+    SlurmCommands,
+    SlurmHost,
+    build_snapshot,
+    expand_hostlist,
+    parse_gpu_gres,
+    parse_jobs,
+    parse_nodes,
+)
+from optsched.hosts.store import Store
+
+DATA = Path(__file__).parent / "data"
+
+CONFIG = """
+cluster = "test"
+epoch_s = 5
+time_limit_s = 1.0
+store = "{store}"
+start_wait_s = 3.0
+
+[gpu_types.a100]
+name = "A100"
+memory_gib = 80
+
+[gpu_types.v100]
+name = "V100"
+memory_gib = 32
+
+[[tenants]]
+id = "alpha"
+accounts = ["alpha"]
+quota = {{ a100 = 8, v100 = 8 }}
+qos = {{ max_queue_delay_s = 0 }}
+default_qos = "guaranteed"
+
+[[tenants]]
+id = "beta"
+accounts = ["beta"]
+quota = {{ a100 = 8, v100 = 8 }}
+"""
+
+
+def _cfg(store: str = ":memory:") -> SlurmConfig:
+    return parse_config(CONFIG.format(store=store))
+
+
+# ---------------------------------------------------------------------------------- unit
+def test_gres_and_hostlist_parsing() -> None:
+    assert expand_hostlist("n[1-3],m5") == ["n1", "n2", "n3", "m5"]
+    assert expand_hostlist("gpu[08-10]") == ["gpu08", "gpu09", "gpu10"]
+    assert parse_gpu_gres("gres:gpu:a100:4") == ("a100", 4, None)
+    assert parse_gpu_gres("gpu:v100:3(IDX:0-1,5)") == ("v100", 3, [0, 1, 5])
+    assert parse_gpu_gres("gres:gpu:3") == (None, 3, None)
+    assert parse_gpu_gres("gpu:a100:0(IDX:N/A)") == ("a100", 0, [])
+    assert parse_gpu_gres("cpu=1,mem=4G") is None
+
+
+def test_snapshot_from_recorded_squeue_and_sinfo() -> None:
+    squeue = json.loads((DATA / "adapter_squeue.json").read_text())
+    sinfo = json.loads((DATA / "adapter_sinfo.json").read_text())
+    obs = Observation(parse_jobs(squeue), parse_nodes(sinfo), now=1796067800.0)
+    built = build_snapshot(
+        _cfg(), obs, on_loan={"3": True}, assurance_state={"alpha": {"x": 1}, "gone": {}},
+        first_submit={"1": 1796067700.0},
+    )
+    snap = Snapshot.model_validate(built.snapshot)
+    ClusterState.from_snapshot(snap)  # cross-references hold
+    assert [(n.id, n.gpu_type, n.gpus, n.available) for n in snap.nodes] == [
+        ("n1", "A100", 8, True), ("n2", "A100", 8, True), ("n3", "V100", 8, True), ("n4", "V100", 8, True),
+    ]
+    jobs = {j.id: j for j in snap.jobs}
+    # held job 1: alpha, guaranteed by its comment tag, typed; first submit time from the store
+    assert jobs["1"].state == "pending" and jobs["1"].tenant == "alpha" and jobs["1"].qos == "guaranteed"
+    assert jobs["1"].gpus == 4 and jobs["1"].gpu_types == ["A100"] and jobs["1"].submit_s == 1796067700.0
+    # two nodes x gpu:4 per node, untyped
+    assert jobs["2"].gpus == 8 and jobs["2"].gpu_types is None and jobs["2"].qos == "best_effort"
+    # running --gpus=3 job: its GPU indices from gres_detail, on_loan from the store
+    r = jobs["3"]
+    assert r.state == "running" and r.on_loan and r.start_s is not None
+    assert [(a.node, a.gpu) for a in r.allocation or []] == [("n1", 0), ("n1", 1), ("n1", 2)]
+    assert r.restart_cost_s == pytest.approx(1796067800.0 - r.start_s)
+    assert snap.assurance_state == {"alpha": {"x": 1}}  # unknown tenants dropped
+    d = solve_epoch(snap)
+    assert check_decision(ClusterState.from_snapshot(snap), d) == []
+
+
+def test_unmanaged_running_jobs_keep_their_gpus_and_unknown_pending_ones_are_left_out() -> None:
+    squeue = json.loads((DATA / "adapter_squeue.json").read_text())
+    for j in squeue["jobs"]:
+        j["account"] = "nobody"
+    sinfo = json.loads((DATA / "adapter_sinfo.json").read_text())
+    built = build_snapshot(_cfg(), Observation(parse_jobs(squeue), parse_nodes(sinfo), 1796067800.0))
+    snap = Snapshot.model_validate(built.snapshot)
+    assert [(j.id, j.tenant, j.preemptible) for j in snap.jobs] == [("3", "_unmanaged", False)]
+    assert {s[0] for s in built.skipped} == {"1", "2"}
+    d = solve_epoch(snap)
+    assert check_decision(ClusterState.from_snapshot(snap), d) == [] and d.preempt == []
+
+
+# ---------------------------------------------------------------------------------- integration
+@pytest.fixture
+def adapter(slurm_cluster: Any, slurm: Any, tmp_path: Path) -> Any:
+    env = {**os.environ, "SLURM_CONF": str(slurm_cluster.slurm_conf)}
+
+    class Adapter:
+        def __init__(self) -> None:
+            self.env = env
+            self.db = tmp_path / "optsched.db"
+            self.cfg = _cfg(str(self.db))
+            self.client = slurm
+            self.open()
+
+        def open(self, decide: Any = None) -> None:
+            self.store = Store(self.db)
+            self.host = SlurmHost(self.cfg, self.store, SlurmCommands(env=env))
+            from optsched import SolveParams
+
+            self.loop = HostLoop(self.host, self.store, SolveParams(backend="auto", time_limit_s=1.0),
+                                 decide=decide)
+
+        def close(self) -> None:
+            self.store.close()
+
+        def sbatch(self, *args: str) -> str:
+            out = subprocess.run(["sbatch", "--parsable", "-o", "/dev/null", *args], env=env,
+                                 capture_output=True, text=True, check=True)
+            return out.stdout.strip().split(";")[0]
+
+        def jobs(self) -> dict[str, Any]:
+            return {j.id: j for j in parse_jobs(SlurmCommands(env=env).squeue())}
+
+        def actions(self, job: str) -> list[tuple[str, str, str]]:
+            return [(a.action, a.outcome, a.reason) for a in self.store.actions("test", job=job)]
+
+    a = Adapter()
+    yield a
+    a.close()
+
+
+def _wait_running(adapter: Any, ids: list[str], timeout_s: float = 5.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        jobs = adapter.jobs()
+        if all(jobs[i].state == "RUNNING" for i in ids) or time.monotonic() > deadline:
+            return jobs
+        time.sleep(0.1)
+
+
+def test_loan_then_reclaim_across_two_tenants(adapter: Any) -> None:
+    beta = [adapter.sbatch("-A", "beta", "--gres=gpu:a100:4", "--wrap", "sleep 300") for _ in range(4)]
+    r = adapter.loop.step()
+    assert not r.refused and {s.job for s in r.decision.start} == set(beta)
+    assert [lo.model_dump() for lo in r.decision.loans] == [
+        {"lender": "alpha", "borrower": "beta", "gpu_type": "A100", "gpus": 8}
+    ]
+    jobs = _wait_running(adapter, beta)
+    assert all(jobs[b].state == "RUNNING" for b in beta)
+    lent = {s.job for s in r.decision.start if s.on_loan}
+    assert len(lent) == 2
+    assert adapter.store.get_meta("test", "on_loan") == {j: True for j in lent}
+    assert any(a.action == "loan" and "alpha lends 8 A100 to beta" in a.reason
+               for a in adapter.store.actions("test"))
+
+    alpha = adapter.sbatch("-A", "alpha", "--gres=gpu:a100:8", "--wrap", "sleep 300")
+    for _ in range(3):  # the reclaim comes once the guaranteed job waits past its target (0 s)
+        r = adapter.loop.step()
+        if r.decision.start:
+            break
+    assert {p.job for p in r.decision.preempt} == lent
+    assert all(p.reason == "reclaim" for p in r.decision.preempt)
+    jobs = _wait_running(adapter, [alpha])
+    assert jobs[alpha].state == "RUNNING"
+    for j in lent:
+        assert jobs[j].state == "PENDING" and jobs[j].held  # requeued, held: Slurm won't restart it
+        assert adapter.actions(j)[-1][:2] == ("preempt", "ok")
+    freed = {a.node for sj in r.snapshot.jobs if sj.id in lent for a in sj.allocation or []}
+    assert set(jobs[alpha].nodes) == freed  # on the GPUs the reclaim freed
+    assert adapter.store.get_meta("test", "on_loan") == {}
+
+
+def test_a_gang_on_two_nodes_lands_exactly_where_optsched_decides(adapter: Any) -> None:
+    small = adapter.sbatch("-A", "beta", "--gres=gpu:a100:1", "--wrap", "sleep 300")
+    adapter.loop.step()
+    _wait_running(adapter, [small])
+    gang = adapter.sbatch("-A", "alpha", "-N2", "--gres=gpu:8", "--wrap", "sleep 300")
+    r = adapter.loop.step()
+    (start,) = [s for s in r.decision.start if s.job == gang]
+    decided = sorted({(a.node, a.gpu) for a in start.allocation})
+    jobs = _wait_running(adapter, [gang])
+    assert jobs[gang].state == "RUNNING"
+    assert sorted(set(jobs[gang].nodes)) == sorted({n for n, _ in decided}) == ["n3", "n4"]
+    assert sorted(jobs[gang].allocation) == decided  # whole nodes: the very GPUs decided
+    nodes = {n.name: n for n in parse_nodes(SlurmCommands(env=adapter.env).sinfo())}
+    assert len(nodes["n1"].used) + len(nodes["n2"].used) == 1  # only the small job elsewhere
+    assert adapter.actions(gang)[-1][:2] == ("start", "ok")
+
+
+def test_a_preemption_frees_gpus_for_a_guaranteed_job(adapter: Any) -> None:
+    # beta's best-effort jobs fill every A100 (8 in quota, 8 lent by alpha)
+    be = [adapter.sbatch("-A", "beta", "--gres=gpu:a100:8", "--wrap", "sleep 300") for _ in range(2)]
+    adapter.loop.step()
+    _wait_running(adapter, be)
+    g = adapter.sbatch("-A", "alpha", "--comment=optsched:guaranteed", "--gres=gpu:a100:8",
+                       "--wrap", "sleep 300")
+    for _ in range(3):
+        r = adapter.loop.step()
+        if r.decision.preempt:
+            break
+    (p,) = r.decision.preempt
+    freed = {a.node for sj in r.snapshot.jobs if sj.id == p.job for a in sj.allocation or []}
+    jobs = _wait_running(adapter, [g])
+    assert jobs[g].state == "RUNNING" and set(jobs[g].nodes) == freed
+    assert jobs[p.job].state == "PENDING" and jobs[p.job].held
+    assert [a[:2] for a in adapter.actions(p.job)][-1] == ("preempt", "ok")
+
+
+def test_a_restart_loses_nothing_and_does_not_undo_the_last_decision(adapter: Any, tmp_path: Path) -> None:
+    beta = [adapter.sbatch("-A", "beta", "--gres=gpu:v100:4", "--wrap", "sleep 300") for _ in range(3)]
+    r1 = adapter.loop.step()
+    _wait_running(adapter, beta)
+    lent = {s.job for s in r1.decision.start if s.on_loan}
+    assert len(lent) == 1
+    state1 = adapter.store.assurance_state("test")
+    adapter.close()  # the adapter goes away ...
+
+    # ... and a new process starts from the same store: `optsched slurm run --once`
+    conf = tmp_path / "adapter.toml"
+    conf.write_text(CONFIG.format(store=str(adapter.db)))
+    proc = subprocess.run([sys.executable, "-m", "optsched.cli", "slurm", "run", "--config", str(conf),
+                           "--once"], env=adapter.env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    adapter.open()
+    last = adapter.store.latest("test")
+    assert last is not None and last.seq == r1.seq + 1
+    snap = last.decision
+    assert snap["preempt"] == [] and snap["start"] == []  # nothing undone, nothing flipped
+    assert [lo["borrower"] for lo in snap["loans"]] == ["beta"]  # the loan is still recognised
+    assert adapter.store.get_meta("test", "on_loan") == {j: True for j in lent}
+    assert state1 is not None
+    # the epoch after the restart was fed the stored assurance state
+    r3 = adapter.loop.step()
+    assert r3.snapshot.assurance_state is not None
+    assert {j.id for j in r3.snapshot.jobs if j.on_loan} == lent
+    assert r3.decision.preempt == [] and all(adapter.jobs()[b].state == "RUNNING" for b in beta)
+
+
+def test_a_job_cancelled_between_read_and_act_is_skipped(adapter: Any) -> None:
+    a = adapter.sbatch("-A", "beta", "--gres=gpu:a100:2", "--wrap", "sleep 300")
+    b = adapter.sbatch("-A", "beta", "--gres=gpu:a100:2", "--wrap", "sleep 300")
+
+    def decide_then_cancel(snap: Snapshot) -> Decision:
+        d = solve_epoch(snap)
+        subprocess.run(["scancel", a], env=adapter.env, check=True)
+        time.sleep(0.3)
+        return d
+
+    adapter.close()
+    adapter.open(decide=decide_then_cancel)
+    r = adapter.loop.step()
+    assert {s.job for s in r.decision.start} == {a, b}
+    assert [x[:2] for x in adapter.actions(a)] == [("start", "skipped")]
+    assert "gone" in adapter.actions(a)[0][2] or "CANCELLED" in adapter.actions(a)[0][2]
+    assert _wait_running(adapter, [b])[b].state == "RUNNING"
+
+
+def test_a_decision_that_fails_the_check_is_never_applied(adapter: Any) -> None:
+    j = adapter.sbatch("-A", "beta", "--gres=gpu:a100:2", "--wrap", "sleep 300")
+
+    def broken(snap: Snapshot) -> Decision:
+        d = solve_epoch(snap)
+        (s,) = d.start
+        s.allocation = s.allocation[:1]  # one GPU for a two-GPU gang
+        return d
+
+    adapter.close()
+    adapter.open(decide=broken)
+    r = adapter.loop.step()
+    assert r.refused and any("invariant 2" in v for v in r.violations)
+    assert adapter.jobs()[j].state == "PENDING"
+    last = adapter.store.latest("test")
+    assert last is not None and last.status == "refused" and last.assurance_state == {}
+    assert last.decision["violations"] == r.violations
+    assert all(x[0] != "start" for x in adapter.actions(j))
