@@ -55,10 +55,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 import optsched
 from optsched import solve_epoch
-from optsched.backends.base import SolveParams
-from optsched.epoch import DEFAULT_BACKEND, DEFAULT_TIME_LIMIT_S, default_predictor
+from optsched.engine.backends.base import SolveParams
+from optsched.engine.epoch import DEFAULT_BACKEND, DEFAULT_TIME_LIMIT_S, default_predictor
+from optsched.engine.state import ClusterState, parse_snapshot
 from optsched.schema.decision import Decision
-from optsched.state import ClusterState, parse_snapshot
 
 SIZES = ("venus", "medium", "large")
 BACKENDS = ("auto", "highs", "cpsat", "milp", "pulp", "greedy")

@@ -14,27 +14,27 @@ from optsched.errors import OptschedError, SnapshotError
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from optsched.apply import apply_decision
-    from optsched.backends.base import SolveParams, SolveStatus
-    from optsched.check import Violation, check_decision
-    from optsched.epoch import solve_epoch
+    from optsched.engine.apply import apply_decision
+    from optsched.engine.backends.base import SolveParams, SolveStatus
+    from optsched.engine.check import Violation, check_decision
+    from optsched.engine.epoch import solve_epoch
+    from optsched.engine.state import ClusterState, load_state, parse_snapshot
     from optsched.schema import Decision, Snapshot
-    from optsched.state import ClusterState, load_state, parse_snapshot
 
 # Loaded on first use, so ``import optsched`` (and the command line) stays cheap: no pydantic
 # models, networkx or solvers until a name below is asked for.
 _LAZY = {
-    "apply_decision": "optsched.apply",
-    "ClusterState": "optsched.state",
+    "apply_decision": "optsched.engine.apply",
+    "ClusterState": "optsched.engine.state",
     "Decision": "optsched.schema",
     "Snapshot": "optsched.schema",
-    "SolveParams": "optsched.backends.base",
-    "SolveStatus": "optsched.backends.base",
-    "Violation": "optsched.check",
-    "check_decision": "optsched.check",
-    "load_state": "optsched.state",
-    "parse_snapshot": "optsched.state",
-    "solve_epoch": "optsched.epoch",
+    "SolveParams": "optsched.engine.backends.base",
+    "SolveStatus": "optsched.engine.backends.base",
+    "Violation": "optsched.engine.check",
+    "check_decision": "optsched.engine.check",
+    "load_state": "optsched.engine.state",
+    "parse_snapshot": "optsched.engine.state",
+    "solve_epoch": "optsched.engine.epoch",
 }
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from optsched.check import check_decision
+from optsched.engine.check import check_decision
+from optsched.engine.state import ClusterState
 from optsched.schema.decision import Decision
-from optsched.state import ClusterState
 
 
 def cluster(

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from optsched.backends import available_backends
+from optsched.engine.backends import available_backends
 
 ROOT = Path(__file__).resolve().parents[1]
 INSTANCES = ROOT / "instances"
@@ -36,6 +36,6 @@ def tiny() -> Callable[[str], dict[str, Any]]:
 def _warm_milp_worker() -> None:
     """Start the HiGHS worker process once, so its start-up is not charged to a test's deadline."""
     if "milp" in available_backends():
-        from optsched.backends.milp.backend import warm_up
+        from optsched.engine.backends.milp.backend import warm_up
 
         warm_up()

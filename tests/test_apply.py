@@ -6,12 +6,12 @@ from typing import Any
 
 import pytest
 
-from optsched.apply import apply_decision
-from optsched.backends.base import SolveParams
-from optsched.generate import generate
+from optsched.engine.apply import apply_decision
+from optsched.engine.backends.base import SolveParams
+from optsched.engine.state import ClusterState, parse_snapshot
+from optsched.instances import generate
 from optsched.schema.decision import Decision, Preempt, PreemptReason, SolverInfo, Start
 from optsched.schema.snapshot import GpuRef, Snapshot
-from optsched.state import ClusterState, parse_snapshot
 from optsched.testing import cluster, pending, running
 
 NOW = 10_000.0
@@ -179,7 +179,7 @@ def test_a_decision_that_does_not_fit_the_snapshot_is_rejected(d: Decision, matc
 
 
 def test_a_solved_generated_epoch_applies_to_a_valid_snapshot() -> None:
-    from optsched.epoch import solve_epoch
+    from optsched.engine.epoch import solve_epoch
 
     snap = parse_snapshot(generate("tiny", 3))
     d = solve_epoch(snap, params=SolveParams(backend="greedy"))

@@ -11,18 +11,18 @@ from typing import Any
 
 import pytest
 
-from optsched import check as check_module
-from optsched.check import (
+from optsched.engine import check as check_module
+from optsched.engine.check import (
     Violation,
     check_capacity_and_loans,
     check_decision,
     check_work_conservation,
     over_quota_note,
 )
+from optsched.engine.state import load_state
+from optsched.engine.violations import INVARIANT_NAMES
 from optsched.schema.decision import Decision
-from optsched.state import load_state
 from optsched.testing import cluster, pending, running
-from optsched.violations import INVARIANT_NAMES
 
 NAMES = {
     1: "gpu-sharing",
@@ -306,7 +306,7 @@ def test_violation_names_and_text() -> None:
 
 
 def test_violation_is_one_class_everywhere() -> None:
-    from optsched import violations
+    from optsched.engine import violations
     from optsched.workflows import check as wf_check
 
     assert check_module.Violation is violations.Violation

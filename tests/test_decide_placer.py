@@ -7,7 +7,7 @@ from collections import defaultdict
 
 import pytest
 
-from optsched.decide import _place, _Placer
+from optsched.engine.decide import _place, _Placer
 
 
 def _cluster(rng: random.Random) -> tuple[dict[str, list[int]], dict[str, list[str]]]:

@@ -14,14 +14,14 @@ from typing import Any
 import pytest
 
 import optsched
-from optsched.backends import available_backends, get_backend
-from optsched.backends.base import SolveParams, SolveResult, SolveStatus
-from optsched.check import check_decision, check_work_conservation, over_quota_note
-from optsched.generate import generate
+from optsched.engine.backends import available_backends, get_backend
+from optsched.engine.backends.base import SolveParams, SolveResult, SolveStatus
+from optsched.engine.check import check_decision, check_work_conservation, over_quota_note
+from optsched.engine.problem import Assignment, EpochProblem
+from optsched.engine.state import ClusterState, load_state
+from optsched.instances import generate
 from optsched.predict.fallback import EstimatePredictor
-from optsched.problem import Assignment, EpochProblem
 from optsched.schema.decision import Decision, GpuRef, Unit, WorkflowPlan
-from optsched.state import ClusterState, load_state
 from optsched.testing import cluster, pending, running
 from tests.conftest import INSTANCES, ROOT
 
@@ -221,7 +221,7 @@ def busy_tiny() -> dict[str, Any]:
 def test_a_decoded_answer_the_checker_rejects_falls_back_to_the_greedy_plan(
     name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from optsched import decide
+    from optsched.engine import decide
 
     real = decide.to_decision
     calls: list[str] = []
@@ -301,7 +301,7 @@ def test_optimal_means_proven_optimal(name: str, seed: int) -> None:
 
 
 def test_an_incomplete_model_is_never_called_optimal(monkeypatch: pytest.MonkeyPatch) -> None:
-    from optsched import candidates
+    from optsched.engine import candidates
 
     snap = cluster(nodes={"n0": ("A100", 2)}, tenants={"a": {"A100": 2}})
     snap["jobs"] = [
@@ -339,8 +339,8 @@ def test_a_wall_clock_stop_is_never_optimal_and_says_so(name: str, monkeypatch: 
 
 @pytest.fixture(scope="module")
 def venus_problem() -> EpochProblem:
-    from optsched import assurance as asr
-    from optsched.candidates import build_problem
+    from optsched.engine import assurance as asr
+    from optsched.engine.candidates import build_problem
 
     state = load_state(generate("venus", 0))
     return build_problem(state, PRED.predict_jobs(state), PRED, asr.compute(state))

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from optsched import solve_epoch
-from optsched.backends.base import SolveParams
-from optsched.generate import generate
+from optsched.engine.backends.base import SolveParams
+from optsched.engine.state import load_state
+from optsched.instances import generate
 from optsched.predict.fallback import EstimatePredictor
-from optsched.state import load_state
 from optsched.testing import assert_decision_valid
 from tests.conftest import INSTANCES
 
@@ -75,7 +75,7 @@ def test_a_tiny_time_limit_gives_a_labelled_valid_fallback(backend: str) -> None
 
 def test_milp_is_abandoned_at_the_deadline_when_highs_overshoots(monkeypatch: pytest.MonkeyPatch) -> None:
     """A HiGHS worker that never answers is killed; the engine answers with the fallback."""
-    from optsched.backends.milp import backend as milp
+    from optsched.engine.backends.milp import backend as milp
 
     monkeypatch.setattr(milp, "KILL_GRACE_S", 0.0)
     real_worker = milp._worker

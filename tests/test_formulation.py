@@ -1,7 +1,7 @@
-"""One test per constraint family of the epoch's linear model (``optsched/formulation.py``),
+"""One test per constraint family of the epoch's linear model (``optsched/engine/formulation.py``),
 solved by the two in-process exact backends (``highs``, ``cpsat``) on tiny problems whose
 optimum is computed by hand: which members start on which type, inside quota or on loan,
-which jobs are preempted, and the objective value (``optsched.objective.value``).
+which jobs are preempted, and the objective value (``optsched.engine.objective.value``).
 
 Each scenario is built so that dropping the family under test would change the optimum (the
 "without the row" value is given in a comment), so a missing or loosened row fails here.
@@ -15,18 +15,18 @@ from typing import Any
 
 import pytest
 
-from optsched import assurance as asr
-from optsched.backends import get_backend
-from optsched.backends.base import SolveParams, SolveStatus
-from optsched.candidates import build_problem
-from optsched.check import check_decision, over_quota_note
-from optsched.decide import to_decision
-from optsched.formulation import CONSTRAINT_FAMILIES, build_model
-from optsched.objective import value
+from optsched.engine import assurance as asr
+from optsched.engine.backends import get_backend
+from optsched.engine.backends.base import SolveParams, SolveStatus
+from optsched.engine.candidates import build_problem
+from optsched.engine.check import check_decision, over_quota_note
+from optsched.engine.decide import to_decision
+from optsched.engine.formulation import CONSTRAINT_FAMILIES, build_model
+from optsched.engine.objective import value
+from optsched.engine.problem import Assignment, EpochProblem, GuestCandidate, PendingClass, RunningItem
+from optsched.engine.state import ClusterState, load_state
 from optsched.predict.fallback import EstimatePredictor
-from optsched.problem import Assignment, EpochProblem, GuestCandidate, PendingClass, RunningItem
 from optsched.schema.decision import Decision, SolverInfo
-from optsched.state import ClusterState, load_state
 from optsched.testing import cluster, pending, running
 
 EXACT = ["highs", "cpsat"]

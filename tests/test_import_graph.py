@@ -102,14 +102,14 @@ def test_the_reader_sees_deferred_and_type_only_imports_correctly() -> None:
         "from typing import TYPE_CHECKING\n"
         "from optsched.errors import OptschedError\n"
         "if TYPE_CHECKING:\n"
-        "    from optsched.state import ClusterState\n"
+        "    from optsched.engine.state import ClusterState\n"
         "def f():\n"
         "    from optsched.predict import fallback\n"
-        "    import optsched.check\n"
+        "    import optsched.engine.check\n"
     )
     found = _imports(tree, _modules())
     assert found == [
         ("optsched.errors", True),
         ("optsched.predict.fallback", False),
-        ("optsched.check", False),
+        ("optsched.engine.check", False),
     ]

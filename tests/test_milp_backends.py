@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 import optsched
-from optsched.backends.base import SolveParams, SolveResult, SolveStatus
-from optsched.check import check_decision
-from optsched.generate import generate
+from optsched.engine.backends.base import SolveParams, SolveResult, SolveStatus
+from optsched.engine.check import check_decision
+from optsched.engine.problem import EpochProblem, GuestCandidate, PendingClass, RunningItem
+from optsched.engine.state import load_state
+from optsched.instances import generate
 from optsched.predict.fallback import EstimatePredictor
-from optsched.problem import EpochProblem, GuestCandidate, PendingClass, RunningItem
-from optsched.state import load_state
 from tests.conftest import INSTANCES
 
 TINY = sorted((INSTANCES / "tiny").glob("*.json"))
@@ -134,7 +134,7 @@ def problem(
 
 
 def pulp_solve(p: EpochProblem) -> SolveResult:
-    from optsched.backends.pulp.backend import PulpBackend
+    from optsched.engine.backends.pulp.backend import PulpBackend
 
     res = PulpBackend().solve(p, SolveParams(backend="pulp", time_limit_s=2.0))
     assert res.status == SolveStatus.OPTIMAL, res.detail
@@ -199,7 +199,7 @@ def test_preemption_only_when_the_start_is_worth_more_than_the_stop() -> None:
 
 
 def test_map_status_covers_every_pulp_status_code() -> None:
-    from optsched.backends.pulp.backend import import_pulp, map_status
+    from optsched.engine.backends.pulp.backend import import_pulp, map_status
 
     pulp = import_pulp()
     expected = {
@@ -227,7 +227,7 @@ def test_importing_pulp_leaves_ortools_loadable() -> None:
     import sys
 
     code = (
-        "from optsched.backends.pulp.backend import import_pulp; import_pulp(); "
+        "from optsched.engine.backends.pulp.backend import import_pulp; import_pulp(); "
         "from ortools.sat.python import cp_model; print('ok')"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -281,7 +281,7 @@ def test_milp_is_deterministic_at_venus_size() -> None:
 
 @pytest.mark.parametrize("name", MILP_BACKENDS)
 def test_a_backend_that_raises_gives_the_labelled_fallback(name: str, monkeypatch: Any) -> None:
-    from optsched.backends import get_backend
+    from optsched.engine.backends import get_backend
 
     cls = type(get_backend(name))
 

@@ -6,17 +6,17 @@ from pathlib import Path
 
 import pytest
 
-from optsched import assurance as asr
-from optsched.backends.base import SolveParams
-from optsched.backends.cpsat.backend import integer_objective
-from optsched.backends.greedy import greedy_assignment
-from optsched.candidates import build_problem
-from optsched.epoch import solve_epoch
-from optsched.formulation import build_model, from_assignment
-from optsched.generate import generate
-from optsched.objective import ObjectiveWeights, job_value, value
+from optsched.engine import assurance as asr
+from optsched.engine.backends.base import SolveParams
+from optsched.engine.backends.cpsat.backend import integer_objective
+from optsched.engine.backends.greedy import greedy_assignment
+from optsched.engine.candidates import build_problem
+from optsched.engine.epoch import solve_epoch
+from optsched.engine.formulation import build_model, from_assignment
+from optsched.engine.objective import ObjectiveWeights, job_value, value
+from optsched.engine.state import load_state
+from optsched.instances import generate
 from optsched.predict.fallback import EstimatePredictor
-from optsched.state import load_state
 
 PRED = EstimatePredictor()
 

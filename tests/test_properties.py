@@ -8,11 +8,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from optsched import solve_epoch
-from optsched.backends import available_backends
-from optsched.backends.base import SolveParams
-from optsched.generate import generate
+from optsched.engine.backends import available_backends
+from optsched.engine.backends.base import SolveParams
+from optsched.engine.state import load_state, parse_snapshot
+from optsched.instances import generate
 from optsched.predict.fallback import EstimatePredictor
-from optsched.state import load_state, parse_snapshot
 from optsched.testing import assert_decision_valid
 
 settings.register_profile(

@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
-from optsched import assurance as asr
 from optsched import solve_epoch
-from optsched.backends.base import SolveParams
+from optsched.engine import assurance as asr
+from optsched.engine.backends.base import SolveParams
+from optsched.engine.state import ClusterState, load_state
 from optsched.predict.base import PairEstimate
 from optsched.predict.fallback import EstimatePredictor
 from optsched.schema.snapshot import Job
-from optsched.state import ClusterState, load_state
 from optsched.testing import assert_decision_valid, cluster, pending, running
 
 FALLBACK = EstimatePredictor()

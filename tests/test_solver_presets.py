@@ -5,11 +5,11 @@ from pathlib import Path
 import pytest
 
 from optsched import solve_epoch
-from optsched.backends import available_backends
-from optsched.backends.base import SolveParams
-from optsched.generate import generate
+from optsched.engine.backends import available_backends
+from optsched.engine.backends.base import SolveParams
+from optsched.engine.state import load_state
+from optsched.instances import generate
 from optsched.predict.fallback import EstimatePredictor
-from optsched.state import load_state
 from optsched.testing import assert_decision_valid
 from tests.conftest import ROOT
 

@@ -30,15 +30,15 @@ from collections import Counter
 
 import pytest
 
-from optsched import assurance as asr
-from optsched.apply import apply_decision
-from optsched.backends.base import SolveParams
-from optsched.epoch import solve_epoch
-from optsched.generate import generate
+from optsched.engine import assurance as asr
+from optsched.engine.apply import apply_decision
+from optsched.engine.backends.base import SolveParams
+from optsched.engine.epoch import solve_epoch
+from optsched.engine.state import ClusterState, parse_snapshot
+from optsched.instances import generate
 from optsched.predict.fallback import EstimatePredictor
 from optsched.schema.decision import Decision
 from optsched.schema.snapshot import Snapshot
-from optsched.state import ClusterState, parse_snapshot
 from optsched.testing import assert_decision_valid
 
 EPOCHS = 100

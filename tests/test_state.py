@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from optsched.engine.state import load_state, parse_snapshot
 from optsched.errors import SnapshotError
-from optsched.generate import generate
-from optsched.state import load_state, parse_snapshot
+from optsched.instances import generate
 from optsched.testing import cluster, pending, running
 
 

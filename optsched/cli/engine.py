@@ -33,9 +33,9 @@ def solve(
     ] = "trained",
 ) -> None:
     """Solve one snapshot and print (or write) the decision."""
-    from optsched.backends.base import SolveParams
-    from optsched.epoch import resolve_params, solve_epoch
-    from optsched.state import ClusterState, parse_snapshot
+    from optsched.engine.backends.base import SolveParams
+    from optsched.engine.epoch import resolve_params, solve_epoch
+    from optsched.engine.state import ClusterState, parse_snapshot
 
     snap = parse_snapshot(read_text(snapshot))
     state = ClusterState.from_snapshot(snap)
@@ -50,7 +50,7 @@ def solve(
         params = resolve_params(snap, None)
     changes: dict[str, Any] = {}
     if backend is not None:
-        from optsched.backends import BACKENDS
+        from optsched.engine.backends import BACKENDS
 
         if backend != "auto" and backend not in BACKENDS:
             fail("--backend", f"unknown backend '{backend}' (auto, {', '.join(BACKENDS)})")
@@ -62,7 +62,7 @@ def solve(
     if seed is not None:
         changes["seed"] = seed
     params = params.with_(**changes)
-    from optsched.epoch import default_predictor
+    from optsched.engine.epoch import default_predictor
     from optsched.predict.base import Predictor
 
     pred: Predictor
@@ -76,7 +76,7 @@ def solve(
         fail("--predictor", f"unknown predictor '{predictor}' (trained, fallback)")
     if params.backend == "milp":
         # start the HiGHS worker process before the clock of the solve starts
-        from optsched.backends.milp.backend import warm_up
+        from optsched.engine.backends.milp.backend import warm_up
 
         warm_up()
     decision = solve_epoch(state, params=params, predictor=pred)
@@ -90,9 +90,9 @@ def check(
     """Check a decision against the spec's invariants (exit 1 and one line per violation)."""
     from pydantic import ValidationError
 
-    from optsched.check import check_decision
+    from optsched.engine.check import check_decision
+    from optsched.engine.state import _loc_to_path, load_state
     from optsched.schema.decision import Decision
-    from optsched.state import _loc_to_path, load_state
 
     state = load_state(read_text(snapshot))
     try:
@@ -129,7 +129,7 @@ def generate(
     out: Annotated[Path | None, typer.Option("-o", "--out")] = None,
 ) -> None:
     """Generate a valid random snapshot."""
-    from optsched.generate import generate as gen
+    from optsched.instances import generate as gen
 
     if size not in ("tiny", "venus", "medium", "large"):
         fail("--size", f"unknown size '{size}' (tiny, venus, medium, large)")

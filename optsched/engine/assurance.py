@@ -44,8 +44,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from optsched.engine.state import ClusterState
 from optsched.schema.snapshot import Job
-from optsched.state import ClusterState
 
 KAPPA = 2.0
 THETA_RECLAIM = 0.8

@@ -1,7 +1,7 @@
 """Candidate generation: what the epoch's model may choose from, capacity-aware and complete.
 
-``build_problem`` turns a validated :class:`~optsched.state.ClusterState`, the predictions and
-the assurance signal into an :class:`~optsched.problem.EpochProblem`:
+``build_problem`` turns a validated :class:`~optsched.engine.state.ClusterState`, the predictions and
+the assurance signal into an :class:`~optsched.engine.problem.EpochProblem`:
 
 * **pending classes**: every pending job is a member of one class of interchangeable jobs
   (tenant, gang size, allowed types, QoS); members are sorted by value and the class may start
@@ -22,11 +22,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from optsched import assurance as asr
-from optsched.objective import DEFAULT_WEIGHTS, ObjectiveWeights, job_value, preemption_cost
+from optsched.engine import assurance as asr
+from optsched.engine.objective import DEFAULT_WEIGHTS, ObjectiveWeights, job_value, preemption_cost
+from optsched.engine.problem import EpochProblem, GuestCandidate, PendingClass, RunningItem
+from optsched.engine.state import ClusterState
 from optsched.predict.base import Predictions, Predictor
-from optsched.problem import EpochProblem, GuestCandidate, PendingClass, RunningItem
-from optsched.state import ClusterState
 
 MAX_GUEST_JOBS = 256
 """Pending shareable jobs (highest value first) whose MPS pairs are scored; if more exist, the

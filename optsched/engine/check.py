@@ -27,7 +27,7 @@
 ==  ==================  =================================================  =============================
 
 Invariant 7 (bad input is rejected) is checked when the snapshot is read
-(:meth:`optsched.state.ClusterState.from_snapshot`), not here.
+(:meth:`optsched.engine.state.ClusterState.from_snapshot`), not here.
 """
 
 from __future__ import annotations
@@ -37,10 +37,10 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from optsched.engine.state import ClusterState, GpuKey
+from optsched.engine.violations import INVARIANT_NAMES, Violation
 from optsched.schema.decision import Decision, PreemptReason
 from optsched.schema.snapshot import Job
-from optsched.state import ClusterState, GpuKey
-from optsched.violations import INVARIANT_NAMES, Violation
 from optsched.workflows.check import check_workflow_plan
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""Turn a solver-neutral :class:`~optsched.problem.Assignment` into a :class:`Decision`.
+"""Turn a solver-neutral :class:`~optsched.engine.problem.Assignment` into a :class:`Decision`.
 
 This is where ids come back: counts per GPU type become concrete GPU indices (best-fit on one
 node, else spread over the nodes with most free GPUs), loans are derived from the final use of
@@ -11,10 +11,11 @@ import bisect
 from collections import defaultdict
 from collections.abc import Mapping
 
-from optsched import assurance as asr
-from optsched.check import over_quota_note
+from optsched.engine import assurance as asr
+from optsched.engine.check import over_quota_note
+from optsched.engine.problem import Assignment, EpochProblem
+from optsched.engine.state import ClusterState, GpuKey
 from optsched.predict.base import Predictions
-from optsched.problem import Assignment, EpochProblem
 from optsched.schema.decision import (
     Decision,
     JobPrediction,
@@ -26,7 +27,6 @@ from optsched.schema.decision import (
     Start,
 )
 from optsched.schema.snapshot import GpuRef
-from optsched.state import ClusterState, GpuKey
 
 
 def _free_gpus(state: ClusterState, stopped: set[str]) -> dict[str, list[int]]:

@@ -34,16 +34,16 @@ import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from optsched import assurance as asr
-from optsched.backends.base import SolveParams, SolveResult, SolveStatus
+from optsched.engine import assurance as asr
+from optsched.engine.backends.base import SolveParams, SolveResult, SolveStatus
+from optsched.engine.state import ClusterState, parse_snapshot
 from optsched.errors import DomainWarning, OptschedError
 from optsched.schema.decision import Decision, SolverInfo, WorkflowPlan
 from optsched.schema.snapshot import Snapshot
-from optsched.state import ClusterState, parse_snapshot
 
 if TYPE_CHECKING:
+    from optsched.engine.problem import Assignment, EpochProblem
     from optsched.predict.base import Predictions, Predictor
-    from optsched.problem import Assignment, EpochProblem
 
 log = logging.getLogger("optsched")
 
@@ -210,7 +210,7 @@ def _solve_epoch(
 
 
 def _prepare(state: ClusterState, params: SolveParams, pred: Predictor, stage: dict[str, float]) -> _Epoch:
-    from optsched.candidates import build_problem
+    from optsched.engine.candidates import build_problem
 
     notes: list[str] = []
     with warnings.catch_warnings(record=True) as caught:
@@ -238,9 +238,9 @@ def _cluster_decision(
     n_jobs: int,
     has_wf: bool,
 ) -> Decision:
-    from optsched.backends import get_backend
-    from optsched.backends.greedy import fill, greedy_assignment
-    from optsched.check import check_decision
+    from optsched.engine.backends import get_backend
+    from optsched.engine.backends.greedy import fill, greedy_assignment
+    from optsched.engine.check import check_decision
 
     problem, stage = ep.problem, ep.stage
     t = time.monotonic()
@@ -303,7 +303,7 @@ def _cluster_decision(
                 )
 
     def attempt(a: Assignment, res: SolveResult | None, reason: str | None, do_fill: bool) -> Decision:
-        from optsched.decide import to_decision
+        from optsched.engine.decide import to_decision
 
         notes = list(ep.notes)
         t = time.monotonic()
@@ -343,7 +343,7 @@ def _cluster_decision(
 
     t = time.monotonic()
     try:
-        from optsched.problem import Assignment as _Assignment
+        from optsched.engine.problem import Assignment as _Assignment
 
         tries: list[tuple[Assignment, SolveResult | None, str | None, str, bool]] = []
         if result is not None and result.assignment is not None:

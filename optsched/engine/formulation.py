@@ -1,7 +1,7 @@
 r"""The one optimization model of an epoch, written once in solver-neutral linear form.
 
 Every exact backend (CP-SAT, HiGHS, PuLP) translates the same :class:`LinearModel`, so they
-solve the same problem; its objective coefficients come from :mod:`optsched.objective`.
+solve the same problem; its objective coefficients come from :mod:`optsched.engine.objective`.
 Variables (all integer):
 
 * :math:`s_{c,k} \in \{0,1\}`: the :math:`k`-th member of pending class :math:`c` starts
@@ -39,8 +39,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from optsched.backends.base import SolveResult, SolveStatus
-from optsched.problem import Assignment, EpochProblem
+from optsched.engine.backends.base import SolveResult, SolveStatus
+from optsched.engine.problem import Assignment, EpochProblem
 
 
 @dataclass

@@ -1,12 +1,12 @@
 r"""The one objective of an epoch: its weights, and the one function that evaluates it.
 
 Every place that needs the objective asks this module: the linear model
-(:mod:`optsched.formulation`) takes its coefficients from :func:`coefficients`, and the greedy
+(:mod:`optsched.engine.formulation`) takes its coefficients from :func:`coefficients`, and the greedy
 plan, the fill pass, the fallback decision and the report are scored by :func:`value`, so the
 exact backends, the heuristic and ``decision.solver.objective`` measure the same quantity.
 
 For pending class :math:`c` (interchangeable jobs, members sorted by value, see
-:mod:`optsched.candidates`) starting :math:`n_{c,t}^{own}` members inside quota and
+:mod:`optsched.engine.candidates`) starting :math:`n_{c,t}^{own}` members inside quota and
 :math:`n_{c,t}^{loan}` on loan on GPU type :math:`t` (:math:`n_c` in all), guest pairs
 :math:`y_k` and preemptions :math:`z_r`:
 
@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from optsched.problem import Assignment, EpochProblem
+    from optsched.engine.problem import Assignment, EpochProblem
 
 
 @dataclass(frozen=True)

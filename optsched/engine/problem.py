@@ -1,20 +1,20 @@
 """EpochProblem: everything a backend may read for one epoch, solver-neutral and index-based.
 
-Built by :func:`optsched.candidates.build_problem`. Pending jobs enter as **classes**:
+Built by :func:`optsched.engine.candidates.build_problem`. Pending jobs enter as **classes**:
 interchangeable jobs (same tenant, gang size, allowed GPU types and QoS) with an integer count,
 their members sorted by value, so the model grows with classes and with how many jobs could
 start at all, not with the length of the queue. Every pending job of the snapshot is a member
 of exactly one class: none is pruned.
 
 There is deliberately no variable per (job, GPU) or per (job, node): the model decides counts
-per GPU type, and :mod:`optsched.decide` turns them into concrete GPU indices afterwards.
+per GPU type, and :mod:`optsched.engine.decide` turns them into concrete GPU indices afterwards.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from optsched.objective import DEFAULT_WEIGHTS, ObjectiveWeights
+from optsched.engine.objective import DEFAULT_WEIGHTS, ObjectiveWeights
 
 
 @dataclass(frozen=True)
@@ -187,7 +187,7 @@ class Assignment:
         return total
 
     def objective(self, problem: EpochProblem) -> float:
-        """The objective value of this assignment (:func:`optsched.objective.value`)."""
-        from optsched.objective import value
+        """The objective value of this assignment (:func:`optsched.engine.objective.value`)."""
+        from optsched.engine.objective import value
 
         return value(problem, self)

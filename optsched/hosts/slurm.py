@@ -444,7 +444,7 @@ class SlurmCommands:
         return p.stdout
 
     def squeue(self) -> dict[str, Any]:
-        return dict(json.loads(self._run("squeue", "--json")))
+        return dict(json.loads(self._run("squeue", "--all", "--json")))
 
     def sinfo(self) -> dict[str, Any]:
         return dict(json.loads(self._run("sinfo", "--json")))

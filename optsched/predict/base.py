@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from optsched.engine.state import ClusterState
     from optsched.schema.snapshot import Job
-    from optsched.state import ClusterState
 
 
 @dataclass(frozen=True)

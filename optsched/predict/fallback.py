@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 from optsched.predict.base import JobEstimate, PairEstimate, Predictions
 
 if TYPE_CHECKING:
+    from optsched.engine.state import ClusterState
     from optsched.schema.snapshot import Job
-    from optsched.state import ClusterState
 
 DEFAULT_RUNTIME_S = 4 * 3600.0
 DEFAULT_PAIR_SPEED = 0.75

@@ -45,8 +45,8 @@ from optsched.predict.features import (
 )
 
 if TYPE_CHECKING:
+    from optsched.engine.state import ClusterState
     from optsched.schema.snapshot import Job
-    from optsched.state import ClusterState
 
 PREDICTORS: tuple[str, ...] = ("runtime", "memory", "interference")
 MIN_SPEED = 0.05

@@ -3,7 +3,7 @@
 What every field means, and the invariants a decision holds, are in ``docs/snapshot-format.md``;
 these models check the shape and ranges of every field and carry a description of each (they
 become the JSON Schema of ``optsched schema snapshot``). Cross-references (unknown tenant,
-duplicated ids, ...) are checked in :func:`optsched.state.ClusterState.from_snapshot`.
+duplicated ids, ...) are checked in :func:`optsched.engine.state.ClusterState.from_snapshot`.
 
 Fields optsched adds to format 1 (see "Added fields" in ``docs/snapshot-format.md``):
 

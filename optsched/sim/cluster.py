@@ -37,7 +37,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from optsched.check import check_decision
+from optsched.engine.check import check_decision
+from optsched.engine.state import ClusterState
 from optsched.schema.snapshot import (
     GpuRef,
     GpuType,
@@ -50,7 +51,6 @@ from optsched.schema.snapshot import (
 from optsched.sim.engine import EventQueue, Kind
 from optsched.sim.profiles import Interference, ProfileKey
 from optsched.sim.synthetic import synthetic_interference
-from optsched.state import ClusterState
 
 if TYPE_CHECKING:
     from optsched.schema.decision import Decision

@@ -47,8 +47,8 @@ from optsched.sim.profiles import Interference
 from optsched.sim.synthetic import synthetic_interference
 
 if TYPE_CHECKING:
+    from optsched.engine.state import ClusterState
     from optsched.sim.cluster import GroundTruth, Policy
-    from optsched.state import ClusterState
 
 DEFAULT_RUNTIME_S = 4 * 3600.0
 
@@ -555,7 +555,7 @@ class OraclePredictor:
 class OptschedPolicy:
     """The engine: :func:`optsched.solve_epoch` with a backend, time limit and predictor.
 
-    ``backend="auto"`` is the engine's one default backend (:data:`optsched.epoch.DEFAULT_BACKEND`);
+    ``backend="auto"`` is the engine's one default backend (:data:`optsched.engine.epoch.DEFAULT_BACKEND`);
     ``predictor`` is ``trained`` (the engine's default: shipped models when present),
     ``fallback`` (the snapshot's estimates only) or ``oracle`` (:class:`OraclePredictor`).
     """
@@ -565,7 +565,7 @@ class OptschedPolicy:
     def __init__(self, *, backend: str = "auto", time_limit_s: float = 0.2, seed: int = 0,
                  predictor: str = "trained", truth: GroundTruth | None = None,
                  num_workers: int = 1) -> None:
-        from optsched.backends.base import SolveParams
+        from optsched.engine.backends.base import SolveParams
 
         self.params = SolveParams(backend=backend, time_limit_s=time_limit_s, seed=seed,
                                   num_workers=num_workers)
@@ -584,7 +584,7 @@ class OptschedPolicy:
         # "trained": None lets solve_epoch use its default (trained models when present)
 
     def decide(self, snapshot: Snapshot, state: ClusterState) -> Decision:
-        from optsched.epoch import DEFAULT_BACKEND, solve_epoch
+        from optsched.engine.epoch import DEFAULT_BACKEND, solve_epoch
 
         params = self.params
         if params.backend == "auto":

@@ -23,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
+from optsched.engine.state import ClusterState
 from optsched.schema.decision import WorkflowPlan
-from optsched.state import ClusterState
 from optsched.workflows.greedy import OURS_GREEDY, ListPolicy, list_schedule
 from optsched.workflows.names import ALL_POLICIES
 from optsched.workflows.planner import PlannerConfig, plan_workflows

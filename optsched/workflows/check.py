@@ -1,7 +1,7 @@
 """Invariant 6 of the spec: the rules every workflow plan must hold.
 
 Written without any solver or predictor, so it can judge every planner. The rules
-(each broken one gives a :class:`~optsched.check.Violation` with ``invariant=6``):
+(each broken one gives a :class:`~optsched.engine.check.Violation` with ``invariant=6``):
 
 1. **ids** — every unit has a unique id, a known session, and lists known, *pending*
    activations of that session; each pending activation is planned at most once.
@@ -36,10 +36,10 @@ from __future__ import annotations
 import itertools
 from collections import defaultdict
 
+from optsched.engine.state import ClusterState, GpuKey
+from optsched.engine.violations import Violation
 from optsched.schema.decision import ModelAction, Unit, WorkflowPlan
 from optsched.schema.snapshot import Activation
-from optsched.state import ClusterState, GpuKey
-from optsched.violations import Violation
 
 EPS = 1e-6
 DEFAULT_LOAD_GIB_S = 2.0

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from optsched.engine.state import ClusterState
 from optsched.schema.decision import WorkflowPlan
-from optsched.state import ClusterState
 from optsched.workflows.greedy import OURS_GREEDY, list_schedule
 from optsched.workflows.planner import SCALE, PlannerConfig, _solve_window
 from optsched.workflows.problem import _forecast, build_workflow_problem

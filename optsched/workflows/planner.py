@@ -1,6 +1,6 @@
 r"""The workflow planner: one CP-SAT model per epoch over a rolling window, greedy fallback.
 
-:func:`plan_workflows` is what :func:`optsched.epoch.solve_epoch` calls. Steps:
+:func:`plan_workflows` is what :func:`optsched.engine.epoch.solve_epoch` calls. Steps:
 
 1. :func:`~optsched.workflows.problem.build_workflow_problem` — predictor, constructor (fusion
    alternatives), DAG forecast (release times, ranks, model demand).
@@ -44,8 +44,8 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from optsched.engine.state import ClusterState
 from optsched.schema.decision import WorkflowPlan
-from optsched.state import ClusterState
 from optsched.workflows.check import check_workflow_plan
 from optsched.workflows.greedy import (
     OURS_GREEDY,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from optsched.state import ClusterState, GpuKey
+from optsched.engine.state import ClusterState, GpuKey
 from optsched.workflows.check import device_free_at, model_load_s
 from optsched.workflows.construct import Act, ActKey, Cand, alternatives
 from optsched.workflows.predictor import GIB_TO_GB, KV_RESERVE, ActivationPredictor, ModelSpec

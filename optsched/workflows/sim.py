@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
+from optsched.engine.state import ClusterState
 from optsched.schema.decision import Unit, WorkflowPlan
 from optsched.schema.snapshot import Snapshot
-from optsched.state import ClusterState
 from optsched.workflows.check import check_workflow_plan
 from optsched.workflows.predictor import ActivationPredictor, ModelSpec
 from optsched.workflows.problem import model_spec, unit_seconds

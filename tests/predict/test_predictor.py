@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from optsched.engine.state import ClusterState
 from optsched.errors import PredictionFallbackWarning
 from optsched.predict.base import Predictor
 from optsched.predict.fallback import DEFAULT_PAIR_SPEED, DEFAULT_RUNTIME_S, EstimatePredictor
@@ -12,7 +13,6 @@ from optsched.predict.features import FEATURES
 from optsched.predict.lgbm import LightGBMPredictor
 from optsched.predict.loader import default_predictor, repo_models_dir
 from optsched.schema.snapshot import Snapshot
-from optsched.state import ClusterState
 from tests.predict.synth import write_traces
 
 

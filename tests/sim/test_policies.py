@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from optsched.engine.state import ClusterState
 from optsched.schema.decision import Decision
 from optsched.schema.snapshot import Snapshot
 from optsched.sim.cluster import SimConfig, Simulator
@@ -14,7 +15,6 @@ from optsched.sim.metrics import summarize
 from optsched.sim.policies import POLICIES, make_policy
 from optsched.sim.runner import RunSpec, run_one
 from optsched.sim.trace import Trace, load_trace
-from optsched.state import ClusterState
 
 HEURISTICS = [p for p in POLICIES if p != "optsched"]
 MINI_JOBS = 300

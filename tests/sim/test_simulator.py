@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 
+from optsched.engine.state import ClusterState
 from optsched.schema.decision import Decision, SolverInfo, Start
 from optsched.schema.snapshot import GpuRef, Snapshot
 from optsched.sim.cluster import SimConfig, SimulationError, Simulator
@@ -14,7 +15,6 @@ from optsched.sim.metrics import summarize, utilization
 from optsched.sim.policies import make_policy
 from optsched.sim.synthetic import synthetic_interference, synthetic_profiles
 from optsched.sim.trace import GuaranteeRule, TenantSpec, Trace, TraceJob
-from optsched.state import ClusterState
 from tests.sim.conftest import EXACT, make_trace
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from optsched.state import ClusterState, load_state
+from optsched.engine.state import ClusterState, load_state
 from optsched.workflows.workloads import MODELS, make_sessions
 
 

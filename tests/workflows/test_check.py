@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
+from optsched.engine.state import ClusterState, load_state
 from optsched.schema.decision import ModelAction, Unit, WorkflowPlan
 from optsched.schema.snapshot import GpuRef
-from optsched.state import ClusterState, load_state
 from optsched.workflows.check import check_workflow_plan, model_load_s
 
 

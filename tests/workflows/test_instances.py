@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from optsched.state import load_state
+from optsched.engine.state import load_state
 from optsched.workflows.check import check_workflow_plan
 from optsched.workflows.planner import PlannerConfig, plan_workflows
 

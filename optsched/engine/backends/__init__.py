@@ -12,11 +12,11 @@ from typing import Any
 from optsched.errors import BackendUnavailableError
 
 BACKENDS: dict[str, str] = {
-    "highs": "optsched.backends.highs:HighsBackend",
-    "cpsat": "optsched.backends.cpsat.backend:CpSatBackend",
-    "milp": "optsched.backends.milp.backend:MilpBackend",
-    "greedy": "optsched.backends.greedy:GreedyBackend",
-    "pulp": "optsched.backends.pulp.backend:PulpBackend",
+    "highs": "optsched.engine.backends.highs:HighsBackend",
+    "cpsat": "optsched.engine.backends.cpsat.backend:CpSatBackend",
+    "milp": "optsched.engine.backends.milp.backend:MilpBackend",
+    "greedy": "optsched.engine.backends.greedy:GreedyBackend",
+    "pulp": "optsched.engine.backends.pulp.backend:PulpBackend",
 }
 
 _EXTRA = {

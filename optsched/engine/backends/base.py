@@ -8,10 +8,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from optsched.objective import ObjectiveWeights
+from optsched.engine.objective import ObjectiveWeights
 
 if TYPE_CHECKING:
-    from optsched.problem import Assignment, EpochProblem
+    from optsched.engine.problem import Assignment, EpochProblem
 
 
 class SolveStatus(StrEnum):
@@ -91,7 +91,7 @@ class SolveResult:
 
 
 class Backend(Protocol):
-    """Turns an :class:`~optsched.problem.EpochProblem` into a :class:`SolveResult`."""
+    """Turns an :class:`~optsched.engine.problem.EpochProblem` into a :class:`SolveResult`."""
 
     name: ClassVar[str]
 

@@ -20,9 +20,9 @@ import math
 import time
 from typing import ClassVar
 
-from optsched.backends.base import SolveParams, SolveResult, SolveStatus
-from optsched.formulation import PAY_SCALE
-from optsched.problem import Assignment, EpochProblem
+from optsched.engine.backends.base import SolveParams, SolveResult, SolveStatus
+from optsched.engine.formulation import PAY_SCALE
+from optsched.engine.problem import Assignment, EpochProblem
 
 
 class _Ledger:

@@ -3,7 +3,7 @@
 OR-Tools bundles HiGHS, so this backend needs no extra package and no worker process (the
 separate ``highspy`` build clashes with OR-Tools' symbols in one interpreter; the ``milp``
 backend runs it in a worker process instead). It translates the same neutral
-:class:`~optsched.formulation.LinearModel` as every other exact backend.
+:class:`~optsched.engine.formulation.LinearModel` as every other exact backend.
 
 Determinism: HiGHS's branch and bound runs serially with a fixed seed and stops on a branch-and-bound *node
 limit* derived from ``params.work_s`` (``NODES_PER_S`` nodes per nominal second), never on
@@ -20,9 +20,9 @@ import threading
 import time
 from typing import Any, ClassVar
 
-from optsched.backends.base import SolveParams, SolveResult, SolveStatus
-from optsched.formulation import build_model, from_assignment, is_feasible, solved
-from optsched.problem import Assignment, EpochProblem
+from optsched.engine.backends.base import SolveParams, SolveResult, SolveStatus
+from optsched.engine.formulation import build_model, from_assignment, is_feasible, solved
+from optsched.engine.problem import Assignment, EpochProblem
 
 NODES_PER_S = 2000
 """Branch-and-bound nodes per nominal second of work (calibrated in ``docs/benchmarks.md``)."""
@@ -64,7 +64,7 @@ class HighsBackend:
         from ortools.math_opt.python import mathopt
         from ortools.util.python.solve_interrupter import SolveInterrupter
 
-        from optsched.backends.cpsat.backend import check_extra
+        from optsched.engine.backends.cpsat.backend import check_extra
 
         check_extra(params.extra, ALLOWED_EXTRA, self.name)
         t0 = time.monotonic()

@@ -1,4 +1,4 @@
-"""CP-SAT backend: translates the neutral :class:`~optsched.formulation.LinearModel`.
+"""CP-SAT backend: translates the neutral :class:`~optsched.engine.formulation.LinearModel`.
 
 Objective coefficients are scaled to integers (CP-SAT needs them) with the smallest factor
 that keeps every nonzero coefficient nonzero and every coefficient within 0.5 % of its value
@@ -21,10 +21,10 @@ import time
 import warnings
 from typing import Any, ClassVar
 
-from optsched.backends.base import SolveParams, SolveResult, SolveStatus
+from optsched.engine.backends.base import SolveParams, SolveResult, SolveStatus
+from optsched.engine.formulation import build_model, from_assignment, is_feasible, solved
+from optsched.engine.problem import Assignment, EpochProblem
 from optsched.errors import NumericScaleWarning
-from optsched.formulation import build_model, from_assignment, is_feasible, solved
-from optsched.problem import Assignment, EpochProblem
 
 DET_PER_S = 0.3
 """CP-SAT deterministic time units per nominal second of work (calibrated in

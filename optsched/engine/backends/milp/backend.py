@@ -27,10 +27,10 @@ import threading
 import time
 from typing import Any, ClassVar
 
-from optsched.backends.base import SolveParams, SolveResult, SolveStatus
-from optsched.backends.milp.worker import ALLOWED_OPTIONS, ROOT_CHECKS_PER_S, TREE_CHECKS_PER_S
-from optsched.formulation import build_model, from_assignment, is_feasible, solved
-from optsched.problem import Assignment, EpochProblem
+from optsched.engine.backends.base import SolveParams, SolveResult, SolveStatus
+from optsched.engine.backends.milp.worker import ALLOWED_OPTIONS, ROOT_CHECKS_PER_S, TREE_CHECKS_PER_S
+from optsched.engine.formulation import build_model, from_assignment, is_feasible, solved
+from optsched.engine.problem import Assignment, EpochProblem
 
 _LOCK = threading.Lock()
 KILL_GRACE_S = 0.05
@@ -99,13 +99,13 @@ def _shutdown() -> None:
 def _worker() -> tuple[subprocess.Popen[bytes], Channel]:
     """The running worker, started if needed.
 
-    It is a fresh interpreter running ``python -m optsched.backends.milp.worker`` (not a
+    It is a fresh interpreter running ``python -m optsched.engine.backends.milp.worker`` (not a
     multiprocessing child), so the caller's ``__main__`` is never re-imported.
     """
     global _WORKER
     if _WORKER is None or _WORKER[0].poll() is not None:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "optsched.backends.milp.worker"],
+            [sys.executable, "-m", "optsched.engine.backends.milp.worker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,

@@ -1,4 +1,4 @@
-"""PuLP backend: translates the neutral :class:`~optsched.formulation.LinearModel` into a PuLP
+"""PuLP backend: translates the neutral :class:`~optsched.engine.formulation.LinearModel` into a PuLP
 problem and solves it with the MILP solver named in ``params.extra["solver"]`` (default
 ``PULP_CBC_CMD``, the CBC binary that ships with PuLP; ``COIN_CMD``, ``HiGHS_CMD``,
 ``GUROBI_CMD``, ``CPLEX_CMD``, ``SCIP_CMD``... when installed).
@@ -31,9 +31,9 @@ import warnings
 from pathlib import Path
 from typing import Any, ClassVar
 
-from optsched.backends.base import SolveParams, SolveResult, SolveStatus
-from optsched.backends.cpsat.backend import check_extra
-from optsched.formulation import (
+from optsched.engine.backends.base import SolveParams, SolveResult, SolveStatus
+from optsched.engine.backends.cpsat.backend import check_extra
+from optsched.engine.formulation import (
     LinearModel,
     build_model,
     from_assignment,
@@ -41,7 +41,7 @@ from optsched.formulation import (
     solved,
     to_assignment,
 )
-from optsched.problem import Assignment, EpochProblem
+from optsched.engine.problem import Assignment, EpochProblem
 
 DEFAULT_SOLVER = "PULP_CBC_CMD"
 ALLOWED_EXTRA = {
