@@ -102,6 +102,10 @@ print_env() {
 
 logs_tail() {
     local f
+    if [[ -n "$(pid_of slurmctld)" ]]; then
+        echo "---- sinfo (node, state, reason)" >&2
+        SLURM_CONF="$DIR/etc/slurm.conf" sinfo -h -N -p "${PARTITIONS[0]}" -o '%N %t %E' >&2 2>/dev/null || true
+    fi
     for f in "$DIR"/log/*.log; do
         [[ -s "$f" ]] || continue
         echo "---- ${f#"$DIR"/} (last 15 lines)" >&2
@@ -111,7 +115,6 @@ logs_tail() {
 
 write_config() {
     local ports ctld_port i n t user gate="${GATE:-on}"
-    [[ "$gate" == on || "$gate" == off ]] || die "GATE must be on or off, not '$gate'"
     read -r -a ports <<<"$(free_ports $((1 + ${#NODES[@]})))"
     ctld_port=${ports[0]}
     user=$(id -un)
@@ -324,8 +327,22 @@ stop_all() {
     say "killed (SIGKILL) pids still running after 10 s: ${left[*]}"
 }
 
+# A failed `up` stops what it started before exiting, so no half cluster is left behind.
+STARTING=0
+on_exit() {
+    local rc=$?
+    if ((rc != 0 && STARTING)); then
+        STARTING=0
+        say "up failed: stopping what it started in $DIR"
+        stop_all || true
+    fi
+    exit "$rc"
+}
+trap on_exit EXIT
+
 cmd_up() {
-    need_bins munged slurmctld slurmd sinfo scontrol squeue sbatch mknod
+    need_bins munged slurmctld slurmd sinfo scontrol squeue sbatch scancel mknod
+    [[ "${GATE:-on}" == on || "${GATE:-on}" == off ]] || die "GATE must be on or off, not '${GATE}'"
     local running=0 total=0 name n
     if [[ -z "${DIR:-}" ]]; then
         DIR=$(mktemp -d "${TMPDIR:-/tmp}/optsched-slurm.XXXXXX")
@@ -346,6 +363,7 @@ cmd_up() {
         say "partly running in $DIR ($running of $total daemons): restarting all"
         stop_all
     fi
+    STARTING=1
     write_config
     rm -f "$DIR"/run/*.pid # stale ones would read as "exited" below
     WATCH=()
@@ -361,6 +379,7 @@ cmd_up() {
         WATCH+=("slurmd-$n")
     done
     wait_for "four idle nodes (sinfo)" "${UP_TIMEOUT:-60}" nodes_idle
+    STARTING=0
     say "up in $DIR: nodes ${NODES[*]}, partitions ${PARTITIONS[*]}, gate $(cat "$DIR/etc/gate")"
     print_env
 }
