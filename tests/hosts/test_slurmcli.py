@@ -277,3 +277,16 @@ def test_script_is_idempotent_and_down_stops_only_its_own(
     status = other.script("status", str(other.dir), check=False)
     assert status.returncode != 0 and "slurmctld stopped" in status.stdout
     assert slurm_cluster.client.ping() and len(slurm_cluster.client.nodes()) == 4
+
+
+def test_untyped_and_per_job_gpu_requests(slurm: SlurmClient) -> None:
+    anytype = slurm.submit(seconds=300, gpus=2)
+    per_job = slurm.submit(seconds=300, extra=["--gpus=v100:3"])
+    slurm.start(anytype, ["n2"])
+    slurm.start(per_job, ["n3"])
+    jobs = {j.job_id: j for j in slurm.jobs()}
+    a, b = jobs[anytype], jobs[per_job]
+    assert (a.gpu_type, a.gpus_per_node, a.gpus) == (None, 2, 2)
+    assert [(x.node, x.type, x.count) for x in a.gpu_alloc] == [("n2", "a100", 2)]  # the node's type
+    assert (b.gpu_type, b.gpus_per_node, b.gpus_per_job, b.gpus) == ("v100", 0, 3, 3)
+    assert b.gpu_indices == {"n3": (0, 1, 2)}
