@@ -27,13 +27,13 @@ pytest.importorskip("httpx")
 import httpx
 
 with warnings.catch_warnings():  # starlette suggests another HTTP client for its TestClient
-    warnings.simplefilter("ignore", DeprecationWarning)
+    warnings.simplefilter("ignore")
     from fastapi.testclient import TestClient
 
 from optsched import ClusterState, Decision, check_decision, parse_snapshot, solve_epoch
-from optsched.generate import generate
 from optsched.hosts.service import ServiceConfig, create_app
 from optsched.hosts.store import Store
+from optsched.instances import generate
 
 DATA = Path(__file__).parent / "data"
 ROOT = Path(__file__).resolve().parents[2]
