@@ -182,14 +182,16 @@ class Store:
         rec = self.latest(cluster)
         return None if rec is None else rec.assurance_state
 
-    def actions(self, cluster: str, job: str | None = None, limit: int = 1000) -> list[ActionRecord]:
-        """Actions of ``cluster`` (of one job if given), oldest first."""
+    def actions(
+        self, cluster: str, job: str | None = None, limit: int = 1000, *, newest_first: bool = False
+    ) -> list[ActionRecord]:
+        """Actions of ``cluster`` (of one job if given), oldest first (or newest first)."""
         q = "SELECT * FROM actions WHERE cluster = ?"
         args: tuple[Any, ...] = (cluster,)
         if job is not None:
             q += " AND job = ?"
             args += (job,)
-        q += " ORDER BY rowid LIMIT ?"
+        q += f" ORDER BY rowid {'DESC' if newest_first else 'ASC'} LIMIT ?"
         with self._lock:
             rows = self._db.execute(q, (*args, limit)).fetchall()
         return [ActionRecord(*r) for r in rows]

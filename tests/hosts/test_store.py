@@ -33,6 +33,7 @@ def test_epochs_and_actions_survive_a_reopen(tmp_path: Path) -> None:
         ("j2", "preempt", "reclaim for t"),
     ]
     assert [a.seq for a in s.actions("c1", job="j2")] == [2]
+    assert [a.job for a in s.actions("c1", newest_first=True, limit=1)] == ["j2"]
     assert s.clusters() == ["c1", "c2"]
     assert s.get_meta("c1", "cursor") == {"job": 7} and s.get_meta("c2", "cursor") is None
     s.set_meta("c1", "cursor", {"job": 8})
