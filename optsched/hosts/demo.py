@@ -333,7 +333,7 @@ def run_demo(spec: DemoSpec, out: Path, modes: list[str], cluster_dir: Path | No
         recs = read_jobcomp(jobcomp) if jobcomp.exists() else []
         (out / f"jobcomp-{mode}.txt").write_text(jobcomp.read_text() if jobcomp.exists() else "")
         summary["modes"][mode] = metrics(recs, stream) | {"wall_s": round(time.monotonic() - t0, 1)}
-    text = markdown(summary)
-    (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True))
-    (out / "summary.md").write_text(text)
-    return text
+        text = markdown(summary)  # written after each mode, so a failed later mode keeps this one
+        (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True))
+        (out / "summary.md").write_text(text)
+    return markdown(summary)
