@@ -20,6 +20,8 @@
 #                     off: no job_submit plugin; Slurm's own scheduler (sched/builtin) runs jobs.
 #   UP_TIMEOUT=S      seconds to wait for the four nodes to be idle (default 60).
 #   SLURM_DEV_QUIET=1 `up` prints only the export lines.
+#   WATCH_PID=PID     `up` also starts a watchdog that runs `down DIR` once process PID is gone
+#                     (the test fixture passes its own pid: a killed test run leaves no cluster).
 #
 # `up` on a DIR whose cluster is running prints the export lines and changes nothing; on a DIR
 # whose cluster is partly running it stops what is left and starts it all again (state kept).
@@ -300,9 +302,9 @@ stop_all() {
         fi
     fi
     # slurmd first, the controller next, munge last: each still has what it needs to shut down.
-    for name in "${NODES[@]/#/slurmd-}" slurmctld munged; do
+    for name in watchdog "${NODES[@]/#/slurmd-}" slurmctld munged; do
         pid=$(pid_of "$name")
-        [[ -n "$pid" ]] || continue
+        [[ -n "$pid" && "$pid" != "$$" ]] || continue
         kill -TERM "$pid" 2>/dev/null || true
         pids+=("$pid")
         say "stopping $name (pid $pid)"
@@ -380,6 +382,12 @@ cmd_up() {
     done
     wait_for "four idle nodes (sinfo)" "${UP_TIMEOUT:-60}" nodes_idle
     STARTING=0
+    if [[ -n "${WATCH_PID:-}" ]]; then
+        [[ "$WATCH_PID" =~ ^[0-9]+$ ]] || die "WATCH_PID must be a process id, not '$WATCH_PID'"
+        # Detached, with no inherited pipes: a caller reading our output is not kept waiting.
+        setsid bash "$0" _watch "$DIR/" "$WATCH_PID" </dev/null >>"$DIR/log/watchdog.log" 2>&1 &
+        echo $! >"$DIR/run/watchdog.pid"
+    fi
     say "up in $DIR: nodes ${NODES[*]}, partitions ${PARTITIONS[*]}, gate $(cat "$DIR/etc/gate")"
     print_env
 }
@@ -420,6 +428,14 @@ cmd_status() {
     ((up == total))
 }
 
+# _watch DIR/ PID: wait until PID has ended, then stop the cluster (internal, see WATCH_PID).
+cmd_watch() {
+    local pid=$1
+    while running "$pid"; do sleep 1; done
+    say "watched process $pid is gone: stopping the cluster"
+    cmd_down
+}
+
 [[ $# -ge 1 ]] || usage
 action=$1
 DIR=${2:-}
@@ -427,6 +443,10 @@ case "$action" in
 up) cmd_up ;;
 down) cmd_down ;;
 status) cmd_status ;;
+_watch)
+    DIR=${DIR%/}
+    cmd_watch "${3:?_watch needs a pid}"
+    ;;
 env)
     [[ -n "$DIR" && -f "$DIR/etc/slurm.conf" ]] || die "env needs the DIR of a cluster made by 'up'"
     DIR=$(cd "$DIR" && pwd -P)

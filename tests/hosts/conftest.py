@@ -2,7 +2,8 @@
 
 ``slurm_cluster`` (session scope) starts munge, slurmctld and four slurmd (n1,n2 with
 gpu:a100:8, n3,n4 with gpu:v100:8; partitions a, b, c; the priority-0 gate on) in a temporary
-folder and stops exactly those processes at the end. It skips, naming them, only when Slurm's
+folder and stops exactly those processes at the end (or, should pytest be killed, the script's
+watchdog does). It skips, naming them, only when Slurm's
 binaries are absent (Debian: ``apt-get install slurmctld slurmd slurm-client munge``); any other
 failure to start is an error with the script's output.
 
@@ -62,7 +63,9 @@ def start_dev_cluster(folder: Path, *, gate: str = "on") -> SlurmCluster:
         pytest.skip(f"Slurm binaries absent: {', '.join(missing)} "
                     "(apt-get install slurmctld slurmd slurm-client munge)")
     proc = subprocess.run(["bash", str(SCRIPT), "up", str(folder)], capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "GATE": gate, "SLURM_DEV_QUIET": "1"},
+                          timeout=120, env={**os.environ, "GATE": gate, "SLURM_DEV_QUIET": "1",
+                                                # a killed test run: the watchdog stops it
+                                                "WATCH_PID": str(os.getpid())},
                           check=False)
     if proc.returncode != 0:
         # Stop whatever did start before failing.
