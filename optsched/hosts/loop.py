@@ -9,7 +9,9 @@ every host:
 2. **decide**: :func:`optsched.solve_epoch`;
 3. **check**: :func:`optsched.check_decision` on the same snapshot. A decision that fails it is
    *never* acted on: the epoch is recorded as ``refused`` with one action row per violated
-   invariant, and the previous assurance state stays the one to feed back;
+   invariant, and the previous assurance state stays the one to feed back. A host may name
+   starts it cannot carry out (``unrealizable``: a job's per-node shape); the epoch is then
+   decided again without those jobs (``deferred`` actions), at most ``MAX_REDECIDE`` times;
 4. **record the intent**: the epoch (snapshot hash, decision, assurance state) is stored
    *before* anything is done, so a crash while applying loses no decision;
 5. **apply**: the host carries out preemptions, starts and loans, reporting each action
@@ -38,6 +40,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("optsched.hosts")
 
+MAX_REDECIDE = 2
+"""How many times an epoch is decided again without the starts the host cannot carry out."""
 ON_LOAN_KEY = "on_loan"
 """Store meta key: {job id: true} for the running jobs a decision started on loan."""
 
@@ -84,6 +88,9 @@ class Host(Protocol):
     def apply(self, snapshot: Snapshot, decision: Decision, history: History, report: Report) -> None:
         """Carry out a checked decision; call ``report`` once per action, as it happens."""
         ...
+
+    # Optional: ``unrealizable(snapshot, decision) -> {job: reason}``, the starts of a checked
+    # decision the host cannot carry out; the loop decides again without those jobs.
 
 
 @dataclass
@@ -158,10 +165,22 @@ class HostLoop:
         cluster = self.host.cluster
         hist = self.history()
         snap = self.host.snapshot(hist)
+        deferred: list[Action] = []
+        for _ in range(MAX_REDECIDE + 1):
+            decision = self.decide(snap)
+            state = ClusterState.from_snapshot(snap)
+            violations = [
+                str(v) for v in check_decision(state, decision, work_conserving=self.work_conserving)
+            ]
+            unrealizable = getattr(self.host, "unrealizable", None)
+            bad = {} if violations or unrealizable is None else unrealizable(snap, decision)
+            if not bad:
+                break
+            # The host cannot carry these starts out (e.g. a job's per-node shape): decide again
+            # without them, so the GPUs they would hold go to jobs that can start.
+            deferred += [Action(j, "start", "deferred", why) for j, why in sorted(bad.items())]
+            snap = snap.model_copy(update={"jobs": [j for j in snap.jobs if j.id not in bad]})
         snap_json = snap.model_dump_json(exclude_none=True)
-        decision = self.decide(snap)
-        state = ClusterState.from_snapshot(snap)
-        violations = [str(v) for v in check_decision(state, decision, work_conserving=self.work_conserving)]
         dec = json.loads(decision.model_dump_json(exclude_none=True))
         if violations:
             # Never act on it; keep the previous assurance state as the one to feed back.
@@ -178,7 +197,9 @@ class HostLoop:
                 log.error("epoch %d: decision refused, nothing applied: %s", seq, v)
             return EpochResult(seq, snap, decision, True, violations, acts)
 
-        seq = self.store.record_epoch(cluster, snap_json, dec)
+        seq = self.store.record_epoch(cluster, snap_json, dec, [a.row() for a in deferred])
+        for a in deferred:
+            log.warning("epoch %d: start %s deferred: %s", seq, a.job, a.reason)
         log.info(
             "epoch %d: %s, %d start, %d preempt, %d loans, %d queued",
             seq,
@@ -200,7 +221,7 @@ class HostLoop:
             self.host.apply(snap, decision, hist, report)
         finally:
             self._record_loans(hist, decision, actions, snap)
-        return EpochResult(seq, snap, decision, False, [], actions)
+        return EpochResult(seq, snap, decision, False, [], deferred + actions)
 
     def _record_loans(self, hist: History, decision: Decision, actions: list[Action], snap: Snapshot) -> None:
         """Which running jobs run on loan after this epoch: started on loan and still running."""

@@ -280,6 +280,8 @@ class BuiltSnapshot:
     """(job id, why it is not in the snapshot)."""
     unheld: list[str] = field(default_factory=list)
     """Pending jobs not held (released, not started): re-held when not started."""
+    shapes: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Pending jobs that ask GPUs per node: (GPUs per node, nodes)."""
 
 
 def build_snapshot(
@@ -347,6 +349,8 @@ def build_snapshot(
                 continue
             if not sj.held:
                 out.unheld.append(sj.id)
+            if sj.per_node is not None:
+                out.shapes[sj.id] = (sj.per_node, sj.node_count)
             job = {
                 "id": sj.id,
                 "tenant": tenant,
@@ -515,6 +519,52 @@ class SlurmHost:
             log.debug("job %s left out of the snapshot: %s", job, why)
         self.last_built = built
         return Snapshot.model_validate(built.snapshot)
+
+    # ------------------------------------------------------------------ feasibility
+    def unrealizable(self, snapshot: Snapshot, decision: Decision) -> dict[str, str]:
+        """Starts Slurm cannot carry out: a job asking G GPUs on each of K nodes that the
+        decision splits otherwise, when no K nodes of the decided type have G GPUs free after
+        the decision (the loop then decides again without it)."""
+        shapes = self.last_built.shapes if self.last_built else {}
+        if not any(s.job in shapes for s in decision.start):
+            return {}
+        node_type = {n.id: n.gpu_type for n in snapshot.nodes if n.available}
+        free = {n.id: n.gpus for n in snapshot.nodes if n.available}
+        stopped = {p.job for p in decision.preempt}
+        for j in snapshot.jobs:
+            if j.state == "running" and j.id not in stopped and j.guest_of is None:
+                for r in j.allocation or []:
+                    if r.node in free:
+                        free[r.node] -= 1
+        split: list[Any] = []
+        for s in decision.start:
+            counts: dict[str, int] = {}
+            for r in s.allocation:
+                counts[r.node] = counts.get(r.node, 0) + 1
+            shape = shapes.get(s.job)
+            if shape is not None and (len(counts) != shape[1] or set(counts.values()) != {shape[0]}):
+                split.append((s, counts, shape))
+                continue
+            if not s.colocated_with:
+                for n, c in counts.items():
+                    free[n] = free.get(n, 0) - c
+        bad: dict[str, str] = {}
+        for s, counts, (per, k) in split:
+            typ = node_type.get(next(iter(counts)), "")
+            fits = sorted(
+                (n for n, t in node_type.items() if t == typ and free[n] >= per),
+                key=lambda n: (-counts.get(n, 0), -free[n], n),
+            )
+            if len(fits) < k:
+                where = ",".join(f"{n}:{c}" for n, c in counts.items())
+                bad[s.job] = (
+                    f"decided on {where}; it asks {per} GPUs on each of {k} node(s) "
+                    "and no such nodes are free"
+                )
+                continue
+            for n in fits[:k]:
+                free[n] -= per
+        return bad
 
     # ------------------------------------------------------------------ act
     def apply(self, snapshot: Snapshot, decision: Decision, history: History, report: Report) -> None:

@@ -81,13 +81,19 @@ def test_snapshot_from_recorded_squeue_and_sinfo() -> None:
     sinfo = json.loads((DATA / "adapter_sinfo.json").read_text())
     obs = Observation(parse_jobs(squeue), parse_nodes(sinfo), now=1796067800.0)
     built = build_snapshot(
-        _cfg(), obs, on_loan={"3": True}, assurance_state={"alpha": {"x": 1}, "gone": {}},
+        _cfg(),
+        obs,
+        on_loan={"3": True},
+        assurance_state={"alpha": {"x": 1}, "gone": {}},
         first_submit={"1": 1796067700.0},
     )
     snap = Snapshot.model_validate(built.snapshot)
     ClusterState.from_snapshot(snap)  # cross-references hold
     assert [(n.id, n.gpu_type, n.gpus, n.available) for n in snap.nodes] == [
-        ("n1", "A100", 8, True), ("n2", "A100", 8, True), ("n3", "V100", 8, True), ("n4", "V100", 8, True),
+        ("n1", "A100", 8, True),
+        ("n2", "A100", 8, True),
+        ("n3", "V100", 8, True),
+        ("n4", "V100", 8, True),
     ]
     jobs = {j.id: j for j in snap.jobs}
     # held job 1: alpha, guaranteed by its comment tag, typed; first submit time from the store
@@ -136,15 +142,21 @@ def adapter(slurm_cluster: Any, slurm: Any, tmp_path: Path) -> Any:
             self.host = SlurmHost(self.cfg, self.store, SlurmCommands(env=env))
             from optsched import SolveParams
 
-            self.loop = HostLoop(self.host, self.store, SolveParams(backend="auto", time_limit_s=1.0),
-                                 decide=decide)
+            self.loop = HostLoop(
+                self.host, self.store, SolveParams(backend="auto", time_limit_s=1.0), decide=decide
+            )
 
         def close(self) -> None:
             self.store.close()
 
         def sbatch(self, *args: str) -> str:
-            out = subprocess.run(["sbatch", "--parsable", "-o", "/dev/null", *args], env=env,
-                                 capture_output=True, text=True, check=True)
+            out = subprocess.run(
+                ["sbatch", "--parsable", "-o", "/dev/null", *args],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             return out.stdout.strip().split(";")[0]
 
         def jobs(self) -> dict[str, Any]:
@@ -179,8 +191,9 @@ def test_loan_then_reclaim_across_two_tenants(adapter: Any) -> None:
     lent = {s.job for s in r.decision.start if s.on_loan}
     assert len(lent) == 2
     assert adapter.store.get_meta("test", "on_loan") == {j: True for j in lent}
-    assert any(a.action == "loan" and "alpha lends 8 A100 to beta" in a.reason
-               for a in adapter.store.actions("test"))
+    assert any(
+        a.action == "loan" and "alpha lends 8 A100 to beta" in a.reason for a in adapter.store.actions("test")
+    )
 
     alpha = adapter.sbatch("-A", "alpha", "--gres=gpu:a100:8", "--wrap", "sleep 300")
     for _ in range(3):  # the reclaim comes once the guaranteed job waits past its target (0 s)
@@ -221,8 +234,9 @@ def test_a_preemption_frees_gpus_for_a_guaranteed_job(adapter: Any) -> None:
     be = [adapter.sbatch("-A", "beta", "--gres=gpu:a100:8", "--wrap", "sleep 300") for _ in range(2)]
     adapter.loop.step()
     _wait_running(adapter, be)
-    g = adapter.sbatch("-A", "alpha", "--comment=optsched:guaranteed", "--gres=gpu:a100:8",
-                       "--wrap", "sleep 300")
+    g = adapter.sbatch(
+        "-A", "alpha", "--comment=optsched:guaranteed", "--gres=gpu:a100:8", "--wrap", "sleep 300"
+    )
     for _ in range(3):
         r = adapter.loop.step()
         if r.decision.preempt:
@@ -247,8 +261,13 @@ def test_a_restart_loses_nothing_and_does_not_undo_the_last_decision(adapter: An
     # ... and a new process starts from the same store: `optsched slurm run --once`
     conf = tmp_path / "adapter.toml"
     conf.write_text(CONFIG.format(store=str(adapter.db)))
-    proc = subprocess.run([sys.executable, "-m", "optsched.cli", "slurm", "run", "--config", str(conf),
-                           "--once"], env=adapter.env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "optsched.cli", "slurm", "run", "--config", str(conf), "--once"],
+        env=adapter.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     adapter.open()
     last = adapter.store.latest("test")
@@ -302,3 +321,63 @@ def test_a_decision_that_fails_the_check_is_never_applied(adapter: Any) -> None:
     assert last is not None and last.status == "refused" and last.assurance_state == {}
     assert last.decision["violations"] == r.violations
     assert all(x[0] != "start" for x in adapter.actions(j))
+
+
+def test_a_start_slurm_cannot_shape_is_deferred_and_the_epoch_decided_again() -> None:
+    """A one-node 8-GPU job (-N1 --gres=gpu:8) that the engine would split 7+1 is deferred;
+    the GPUs go to jobs that can start."""
+    from optsched.hosts.slurm import SlurmJob, SlurmNode
+
+    def job(
+        i: str, gpus: int, per_node: int | None, state: str = "PENDING", alloc: tuple[Any, ...] = ()
+    ) -> SlurmJob:
+        return SlurmJob(
+            i,
+            "beta",
+            "a",
+            state,
+            "JobHeldUser" if state == "PENDING" else "None",
+            0 if state == "PENDING" else 1,
+            state == "PENDING",
+            "a100",
+            gpus,
+            per_node,
+            1,
+            tuple(sorted({n for n, _ in alloc})),
+            alloc,
+            100.0,
+            100.0 if alloc else None,
+            None,
+            "",
+            "",
+            f"j{i}",
+            "u",
+        )
+
+    nodes = [
+        SlurmNode("n1", "a100", 8, frozenset(range(4)), "mixed", True),
+        SlurmNode("n2", "a100", 8, frozenset(range(4, 8)), "mixed", True),
+    ]
+    running = [
+        job("1", 4, 4, "RUNNING", tuple(("n1", i) for i in range(4))),
+        job("2", 4, 4, "RUNNING", tuple(("n2", i) for i in range(4, 8))),
+    ]
+    obs = Observation([*running, job("3", 8, 8), job("4", 1, 1), job("5", 1, 1)], nodes, now=200.0)
+
+    class Fake(SlurmHost):
+        def observe(self) -> Observation:
+            return obs
+
+        def apply(self, snapshot: Any, decision: Any, history: Any, report: Any) -> None:
+            self.applied = decision
+
+    cfg = parse_config(CONFIG.format(store=":memory:").replace("a100 = 8, v100 = 8 }", "a100 = 16 }", 2))
+    store = Store(":memory:")
+    host = Fake(cfg, store)
+    r = HostLoop(host, store).step()
+    assert not r.refused
+    assert [(a.job, a.outcome) for a in r.actions] == [("3", "deferred")]
+    assert "asks 8 GPUs on each of 1 node(s)" in r.actions[0].reason
+    assert {s.job for s in host.applied.start} == {"4", "5"}
+    assert "3" not in {j.id for j in r.snapshot.jobs}
+    assert [a.outcome for a in store.actions("test", job="3")] == ["deferred"]
