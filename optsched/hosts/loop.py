@@ -166,7 +166,7 @@ class HostLoop:
         hist = self.history()
         snap = self.host.snapshot(hist)
         deferred: list[Action] = []
-        for _ in range(MAX_REDECIDE + 1):
+        for round_ in range(MAX_REDECIDE + 1):
             decision = self.decide(snap)
             state = ClusterState.from_snapshot(snap)
             violations = [
@@ -174,8 +174,8 @@ class HostLoop:
             ]
             unrealizable = getattr(self.host, "unrealizable", None)
             bad = {} if violations or unrealizable is None else unrealizable(snap, decision)
-            if not bad:
-                break
+            if not bad or round_ == MAX_REDECIDE:
+                break  # the last round's leftovers are skipped by the host when it applies
             # The host cannot carry these starts out (e.g. a job's per-node shape): decide again
             # without them, so the GPUs they would hold go to jobs that can start.
             deferred += [Action(j, "start", "deferred", why) for j, why in sorted(bad.items())]

@@ -583,8 +583,11 @@ class SlurmHost:
         jobs, _ = fresh
         stopped: list[str] = []
         for p in decision.preempt:
-            sj, old = jobs.get(p.job), snap_jobs[p.job]
+            sj, old = jobs.get(p.job), snap_jobs.get(p.job)
             why = f"{p.reason}: lost {p.lost_s:.0f} s of work"
+            if old is None:
+                report(Action(p.job, "preempt", "skipped", f"{why}; not a job of the snapshot"))
+                continue
             if sj is None or sj.state not in RUNNING_STATES:
                 report(Action(p.job, "preempt", "skipped", f"{why}; job is {sj.state if sj else 'gone'} now"))
                 continue
@@ -637,7 +640,10 @@ class SlurmHost:
             where = ",".join(f"{n}:{c}" for n, c in nodes.items())
             why = ("on loan" if s.on_loan else "in quota") + f" on {where}"
             sj = jobs.get(s.job)
-            old = snap_jobs[s.job]
+            old = snap_jobs.get(s.job)
+            if old is None:
+                report(Action(s.job, "start", "skipped", f"{why}; not a job of the snapshot"))
+                continue
             changed = self._changed(old.gpus, old.tenant, sj)
             if changed:
                 report(Action(s.job, "start", "skipped", f"{why}; {changed}"))

@@ -381,3 +381,31 @@ def test_a_start_slurm_cannot_shape_is_deferred_and_the_epoch_decided_again() ->
     assert {s.job for s in host.applied.start} == {"4", "5"}
     assert "3" not in {j.id for j in r.snapshot.jobs}
     assert [a.outcome for a in store.actions("test", job="3")] == ["deferred"]
+
+
+def test_after_the_last_redecision_leftover_starts_are_skipped_not_crashed_on() -> None:
+    """A host that keeps naming a start unrealizable: the loop stops re-deciding after
+    MAX_REDECIDE rounds and applies the last decision, which still names a job of the snapshot."""
+    from optsched.hosts.loop import MAX_REDECIDE
+
+    squeue = json.loads((DATA / "adapter_squeue.json").read_text())
+    sinfo = json.loads((DATA / "adapter_sinfo.json").read_text())
+    obs = Observation(parse_jobs(squeue), parse_nodes(sinfo), now=1796067800.0)
+    calls: list[int] = []
+
+    class Stubborn(SlurmHost):
+        def observe(self) -> Observation:
+            return obs
+
+        def unrealizable(self, snapshot: Any, decision: Any) -> dict[str, str]:
+            calls.append(1)
+            return {decision.start[0].job: "never"} if decision.start else {}
+
+        def apply(self, snapshot: Any, decision: Any, history: Any, report: Any) -> None:
+            ids = {j.id for j in snapshot.jobs}
+            assert all(s.job in ids for s in decision.start)
+
+    store = Store(":memory:")
+    r = HostLoop(Stubborn(_cfg(), store), store).step()
+    assert not r.refused and len(calls) <= MAX_REDECIDE + 1
+    assert sum(a.outcome == "deferred" for a in r.actions) <= MAX_REDECIDE
