@@ -409,3 +409,20 @@ def test_after_the_last_redecision_leftover_starts_are_skipped_not_crashed_on() 
     r = HostLoop(Stubborn(_cfg(), store), store).step()
     assert not r.refused and len(calls) <= MAX_REDECIDE + 1
     assert sum(a.outcome == "deferred" for a in r.actions) <= MAX_REDECIDE
+
+
+def test_the_adapter_reads_jobs_as_the_shared_client_does() -> None:
+    """On the client's recorded 22.05 sample (multi-node gangs included), the adapter's parser
+    and ``optsched.hosts.slurmcli`` agree on every job's state, gang size, type, nodes and GPUs."""
+    from optsched.hosts import slurmcli
+
+    doc = json.loads((DATA / "squeue-22.05.json").read_text())
+    theirs = {str(j.job_id): j for j in slurmcli.parse_jobs(doc)}
+    ours = {j.id: j for j in parse_jobs(doc)}
+    assert ours.keys() == theirs.keys()
+    for jid, o in ours.items():
+        t = theirs[jid]
+        assert (o.state, o.gpus, o.gres_type, o.node_count) == (t.state, t.gpus, t.gpu_type, t.num_nodes), jid
+        if o.state == "RUNNING":
+            assert o.nodes == t.nodes
+            assert sorted(o.allocation) == sorted((n, i) for n, idx in t.gpu_indices.items() for i in idx)
