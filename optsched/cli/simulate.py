@@ -81,10 +81,12 @@ def simulate(
         None, "--lucid-dir", help="folder with Lucid's single_data.csv and colocate_info.csv "
         "(default: lucid_venus/ on the traces path; else the synthetic interference model)"),
 ) -> None:
-    """Replay a trace under several policies and seeds; write summary.json, a table, plots."""
+    """Replay a trace under several policies and seeds; write summary.json, the summary.md
+    report (optsched.sim.report), plots."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from optsched.sim.cluster import SimConfig
+    from optsched.sim.report import write_report
     from optsched.sim.runner import RunSpec, clean, load_log, run_dir, run_many
     from optsched.sim.trace import GuaranteeRule
 
@@ -123,9 +125,7 @@ def simulate(
     }
     (out / "summary.json").write_text(json.dumps(clean(summary), indent=1))
     table = markdown_table(summary)
-    (out / "summary.md").write_text(
-        f"# Simulation summary: {trace}\n\nseeds {seed_list}, epoch {epoch_s:g} s; "
-        f"interference: {summary['interference']}; means over seeds.\n\n{table}")
+    write_report(summary, out / "summary.md")
     typer.echo(f"interference: {summary['interference']}")
     typer.echo(table)
     if plots:

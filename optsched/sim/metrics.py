@@ -15,7 +15,17 @@ last submission of the trace, so the drain at the end does not dilute utilisatio
   fraction that started within it (a job that never started does not comply);
 * ``preemptions``; ``lost_gpu_hours``: GPU-hours of wall time since the last checkpoint at
   each preemption; ``loans_made`` (jobs started on loan), ``loans_reclaimed`` (preemptions
-  with reason ``reclaim``); ``unfinished`` jobs.
+  with reason ``reclaim``); ``unfinished`` jobs; ``decisions`` and ``fallback_decisions``
+  (decisions whose status is ``fallback``);
+* ``gpu_hours``: GPU-hours the jobs asked for (true runtime × GPUs, every job of the log);
+  ``gpu_hours_held``: GPU-hours the jobs held GPUs over the whole run (host segments only: a
+  guest sharing a host's GPUs holds none, as in ``utilization``);
+* ``offered_load``: ``gpu_hours`` over capacity × ``|W|`` (the demand of the trace against the
+  cluster, the same for every policy of a seed); ``gpus`` (capacity), ``window_s`` (``|W|``).
+
+:func:`per_tenant` splits the same figures by tenant; counts and GPU-hours of the tenants add
+up to the totals of :func:`summarize` (a preemption, a lost GPU-hour, a held GPU-hour belongs to
+the tenant of the job it happened to).
 
 Percentiles use numpy's default (linear) interpolation.
 """
@@ -136,6 +146,9 @@ def summarize(log: EventLog, window: tuple[float, float] | None = None) -> dict[
     p = log.preemptions
     lost_h = float(np.dot(np.asarray(p["lost_s"], float), np.asarray(p["gpus"], float))) / 3600
     a = _job_arrays(log)
+    demand_h = float((np.asarray(log.jobs["true_s"], float) * a["gpus"]).sum()) / 3600
+    w0, w1 = window or log.window
+    span = w1 - w0
     return {
         "utilization": utilization(log, window),
         "useful_utilization": useful_utilization(log, window),
@@ -151,28 +164,67 @@ def summarize(log: EventLog, window: tuple[float, float] | None = None) -> dict[
         "loans_made": float(sum(log.decisions["on_loan_started"])),
         "loans_reclaimed": float(sum(1 for r in p["reason"] if r == "reclaim")),
         "decisions": float(len(log.decisions["t"])),
+        "fallback_decisions": float(sum(1 for st in log.decisions["status"] if st == "fallback")),
         "unfinished": float(np.isnan(a["end"]).sum()),
         "jobs": float(len(a["end"])),
+        "guaranteed_jobs": float(a["guaranteed"].sum()),
+        "gpu_hours": demand_h,
+        "gpu_hours_held": float(_held_gpu_seconds(log).sum()) / 3600,
+        "offered_load": (demand_h * 3600 / (log.capacity * span)
+                         if span > 0 and log.capacity > 0 else math.nan),
+        "gpus": float(log.capacity),
+        "window_s": float(span),
     }
 
 
+def _held_gpu_seconds(log: EventLog) -> np.ndarray:
+    """GPU-seconds each job (row of ``log.jobs``) held GPUs as a host over the whole run."""
+    s = log.segments
+    held = np.zeros(len(log.jobs["id"]))
+    host = np.asarray(s["host"], dtype=bool)
+    gpu_s = (np.asarray(s["t1"], float) - np.asarray(s["t0"], float)) * np.asarray(s["gpus"], float)
+    np.add.at(held, np.asarray(s["job"], dtype=np.int64)[host], gpu_s[host])
+    return held
+
+
 def per_tenant(log: EventLog) -> dict[str, dict[str, float]]:
-    """Per tenant: jobs, guaranteed jobs, average queue delay and JCT, QoS compliance, GPU-hours
-    requested (true runtime × GPUs)."""
+    """Per tenant (of the jobs in ``log``), the job-level figures of :func:`summarize`:
+
+    ``jobs``, ``guaranteed_jobs``, ``unfinished``; ``avg/p95_queue_delay_s`` and
+    ``avg/p95_jct_s`` over the tenant's jobs; ``qos_compliance`` of its guaranteed jobs;
+    ``gpu_hours`` (asked for: true runtime × GPUs) and ``gpu_hours_held`` (held as a host, whole
+    run); ``preemptions``, ``lost_gpu_hours`` and ``loans_reclaimed`` of the tenant's jobs.
+    Counts and GPU-hours add up over tenants to the totals of :func:`summarize`."""
     a = _job_arrays(log)
     true_s = np.asarray(log.jobs["true_s"], float)
+    held = _held_gpu_seconds(log)
+    p = log.preemptions
+    p_tenant = a["tenant"][np.asarray(p["job"], dtype=np.int64)] if p["job"] else \
+        np.asarray([], dtype=object)
+    p_lost = np.asarray(p["lost_s"], float) * np.asarray(p["gpus"], float)
+    p_reclaim = np.asarray([r == "reclaim" for r in p["reason"]], bool)
+    delay = a["start"] - a["submit"]
+    jct = a["end"] - a["submit"]
     out: dict[str, dict[str, float]] = {}
     for ten in sorted(set(a["tenant"].tolist())):
         sel = a["tenant"] == ten
         started = sel & ~np.isnan(a["start"])
         ended = sel & ~np.isnan(a["end"])
+        mine = p_tenant == ten
         out[ten] = {
             "jobs": float(sel.sum()),
             "guaranteed_jobs": float((sel & a["guaranteed"]).sum()),
-            "avg_queue_delay_s": _mean((a["start"] - a["submit"])[started]),
-            "avg_jct_s": _mean((a["end"] - a["submit"])[ended]),
+            "avg_queue_delay_s": _mean(delay[started]),
+            "avg_jct_s": _mean(jct[ended]),
             "qos_compliance": qos_compliance(log, ten),
             "gpu_hours": float((true_s * a["gpus"])[sel].sum() / 3600),
+            "p95_queue_delay_s": _p95(delay[started]),
+            "p95_jct_s": _p95(jct[ended]),
+            "unfinished": float((sel & np.isnan(a["end"])).sum()),
+            "gpu_hours_held": float(held[sel].sum() / 3600),
+            "preemptions": float(mine.sum()),
+            "lost_gpu_hours": float(p_lost[mine].sum() / 3600),
+            "loans_reclaimed": float((mine & p_reclaim).sum()),
         }
     return out
 

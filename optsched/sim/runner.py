@@ -166,17 +166,20 @@ def run_many(
 
 def summary(results: list[tuple[RunSpec, dict[str, float], dict[str, dict[str, float]]]],
             interference: str = "") -> dict[str, Any]:
-    """``{"policies": {p: {key: {"mean", "per_seed"}}, ...}, "seeds": [...], ...}``;
+    """``{"policies": {p: {key: {"mean", "per_seed"}}}, "per_tenant": {p: {tenant: {key:
+    {"mean", "per_seed"}}}}, "policy_options": {p: {...}}, "seeds": [...], "config": {...},
+    ...}`` (the settings of the runs, as :mod:`optsched.sim.report` shows them);
     ``interference`` = where the colocation speeds came from (``"synthetic"`` or
     ``"lucid:<folder>"``)."""
     by_policy: dict[str, list[tuple[RunSpec, dict[str, float], dict[str, dict[str, float]]]]]
     by_policy = {}
     for r in results:
         by_policy.setdefault(r[0].policy, []).append(r)
-    out: dict[str, Any] = {"policies": {}, "per_tenant": {}}
+    out: dict[str, Any] = {"policies": {}, "per_tenant": {}, "policy_options": {}}
     seeds: list[int] = []
     for pol, rs in by_policy.items():
         out["policies"][pol] = aggregate([m for _, m, _ in rs])
+        out["policy_options"][pol] = dict(rs[0][0].policy_options)
         tenants: dict[str, Any] = {}
         for ten in rs[0][2]:
             tenants[ten] = aggregate([t.get(ten, {}) for _, _, t in rs])
@@ -191,6 +194,7 @@ def summary(results: list[tuple[RunSpec, dict[str, float], dict[str, dict[str, f
         out["config"] = asdict(first.config)
         out["qos_delay_s"] = first.qos_delay_s
         out["guarantee"] = asdict(first.guarantee)
+        out["max_jobs"] = first.max_jobs
     return out
 
 
