@@ -91,7 +91,7 @@ def check(
     from pydantic import ValidationError
 
     from optsched.engine.check import check_decision
-    from optsched.engine.state import _loc_to_path, load_state
+    from optsched.engine.state import error_path, load_state
     from optsched.schema.decision import Decision
 
     state = load_state(read_text(snapshot))
@@ -99,7 +99,7 @@ def check(
         dec = Decision.model_validate_json(read_text(decision))
     except ValidationError as exc:
         err = exc.errors(include_url=False)[0]
-        fail(f"decision.{_loc_to_path(tuple(err['loc']))}".rstrip("."), err["msg"])
+        fail(f"decision.{error_path(tuple(err['loc']))}".rstrip("."), err["msg"])
     violations = check_decision(state, dec)
     for v in violations:
         typer.echo(str(v))

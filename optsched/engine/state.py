@@ -22,7 +22,8 @@ from optsched.schema.snapshot import Job, Snapshot
 GpuKey = tuple[str, int]
 
 
-def _loc_to_path(loc: tuple[int | str, ...]) -> str:
+def error_path(loc: tuple[int | str, ...]) -> str:
+    """A pydantic error location as a field path: ``('jobs', 3, 'gpus')`` -> ``jobs[3].gpus``."""
     out = ""
     for part in loc:
         if isinstance(part, int):
@@ -46,7 +47,7 @@ def parse_snapshot(data: str | bytes | dict[str, Any]) -> Snapshot:
         return Snapshot.model_validate_json(data)
     except ValidationError as exc:
         err = exc.errors(include_url=False)[0]
-        path = _loc_to_path(tuple(err["loc"]))
+        path = error_path(tuple(err["loc"]))
         msg = err["msg"]
         if err["type"] == "json_invalid":
             raise SnapshotError("", f"malformed JSON: {err.get('ctx', {}).get('error', msg)}") from None

@@ -37,6 +37,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, ValidationError, model_validator
 
+from optsched.engine.state import error_path
 from optsched.errors import SnapshotError
 
 QosClass = Literal["guaranteed", "best_effort"]
@@ -162,16 +163,6 @@ class SlurmConfig(_Strict):
         raise KeyError(type_name)
 
 
-def _loc(loc: tuple[int | str, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else str(part)
-    return out
-
-
 def parse_config(text: str, source: str = "config") -> SlurmConfig:
     """Parse and validate TOML text; :class:`SnapshotError` (bad input) names the field."""
     try:
@@ -182,7 +173,7 @@ def parse_config(text: str, source: str = "config") -> SlurmConfig:
         return SlurmConfig.model_validate(raw)
     except ValidationError as exc:
         err = exc.errors()[0]
-        where = _loc(tuple(err["loc"]))
+        where = error_path(tuple(err["loc"]))
         msg = str(err["msg"]).removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown field"
