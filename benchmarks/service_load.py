@@ -19,9 +19,7 @@ import asyncio
 import json
 import os
 import platform
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,16 +28,10 @@ from typing import Any
 
 import httpx
 
+from optsched.hosts.service import ServeStartError, serve_subprocess
 from optsched.instances import generate
 
-ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "load-test-token"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _rss_kib(pid: int) -> int:
@@ -183,32 +175,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="also write the summary JSON here")
     args = ap.parse_args(argv)
 
-    port = _free_port()
-    base = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, "-m", "optsched.cli", "serve", "--port", str(port)]
-        cmd += ["--workers", str(args.workers), "--db", str(Path(tmp) / "load.db"), "--log-level", "warning"]
-        env = {**os.environ, "OPTSCHED_TOKEN": TOKEN}
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env)
+        db = Path(tmp) / "load.db"
         try:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    print("error: the service did not start", file=sys.stderr)
-                    return 1
-                time.sleep(0.2)
-            summary = asyncio.run(_drive(args, base, proc.pid))
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            serve = serve_subprocess(
+                db, token=TOKEN, workers=args.workers, start_timeout_s=60, stop_timeout_s=30
+            )
+            with serve as srv:
+                summary = asyncio.run(_drive(args, srv.base, srv.proc.pid))
+        except ServeStartError as exc:
+            print(f"error: the service did not start: {exc}", file=sys.stderr)
+            return 1
     text = json.dumps(summary, indent=1)
     print(text)
     if args.out is not None:

@@ -8,12 +8,7 @@ import concurrent.futures
 import copy
 import json
 import multiprocessing
-import os
 import signal
-import socket
-import subprocess
-import sys
-import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,12 +26,11 @@ with warnings.catch_warnings():  # starlette suggests another HTTP client for it
     from fastapi.testclient import TestClient
 
 from optsched import ClusterState, Decision, check_decision, parse_snapshot, solve_epoch
-from optsched.hosts.service import ServiceConfig, create_app
+from optsched.hosts.service import ServiceConfig, create_app, serve_subprocess
 from optsched.hosts.store import Store
 from optsched.instances import generate
 
 DATA = Path(__file__).parent / "data"
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _json(name: str) -> Any:
@@ -294,42 +288,15 @@ def test_metrics_text(pool: concurrent.futures.Executor, tmp_path: Path) -> None
     assert "optsched_http_in_flight 1.0" in text  # the /metrics request itself
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_real_server_on_loopback(tmp_path: Path) -> None:
-    port = _free_port()
-    env = {**os.environ, "OPTSCHED_TOKEN": "t0k"}
-    cmd = [sys.executable, "-m", "optsched.cli", "serve", "--port", str(port), "--workers", "1"]
-    cmd += ["--db", str(tmp_path / "serve.db"), "--log-level", "warning"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
-            assert time.monotonic() < deadline, "the server did not come up"
-            time.sleep(0.2)
+    with serve_subprocess(tmp_path / "serve.db", token="t0k", capture=True) as srv:
+        base = srv.base
         headers = {"Authorization": "Bearer t0k"}
         r = httpx.post(f"{base}/v1/clusters/tiny/epochs", json=_tiny(), headers=headers, timeout=30)
         assert r.status_code == 200, r.text
         assert Decision.model_validate(r.json()).now == _tiny()["now"]
         assert httpx.post(f"{base}/v1/clusters/tiny/epochs", json=_tiny(), timeout=30).status_code == 401
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:  # pragma: no cover
-            proc.kill()
-            proc.wait()
+    proc = srv.proc
     out = proc.stdout.read().decode() if proc.stdout else ""
     # uvicorn shuts down gracefully, then re-raises SIGTERM so the exit status tells the signal
     assert proc.returncode in (0, -signal.SIGTERM), out
