@@ -1,4 +1,4 @@
-"""``optsched solve``, ``check``, ``schema``, ``generate`` and ``show-versions``: the engine.
+"""``optsched solve``, ``check``, ``explain``, ``schema``, ``generate`` and ``show-versions``: the engine.
 
 Wire them into a Typer app with :func:`register`.
 """
@@ -108,6 +108,34 @@ def check(
     typer.echo("ok: every invariant holds")
 
 
+def explain(
+    snapshot: Annotated[str, typer.Argument(help="Snapshot JSON file.")],
+    decision: Annotated[str, typer.Argument(help="Decision JSON file (from optsched solve).")],
+    job: Annotated[str, typer.Argument(help="Id of a job of the snapshot.")],
+) -> None:
+    """Say in plain words what the decision does with one job and why (exit 2 if it cannot)."""
+    from pydantic import ValidationError
+
+    from optsched.engine.decide import describe_job
+    from optsched.engine.state import error_path, load_state
+    from optsched.schema.decision import Decision
+
+    state = load_state(read_text(snapshot))
+    try:
+        dec = Decision.model_validate_json(read_text(decision))
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        fail(f"decision.{error_path(tuple(err['loc']))}".rstrip("."), err["msg"])
+    if job not in state.job_index:
+        fail("job", f"unknown job '{job}': the snapshot has no such job")
+    try:
+        lines = describe_job(state, dec, job)
+    except LookupError as exc:
+        fail("decision", str(exc.args[0]))
+    for line in lines:
+        typer.echo(line)
+
+
 def schema(
     which: Annotated[str, typer.Argument(help="snapshot or decision")],
     out: Annotated[Path | None, typer.Option("-o", "--out")] = None,
@@ -156,6 +184,7 @@ def register(app: typer.Typer) -> None:
     """Add the engine's commands to ``app``."""
     app.command()(solve)
     app.command()(check)
+    app.command()(explain)
     app.command()(schema)
     app.command()(generate)
     app.command("show-versions")(show_versions)

@@ -2,7 +2,9 @@
 
 This is where ids come back: counts per GPU type become concrete GPU indices (best-fit on one
 node, else spread over the nodes with most free GPUs), loans are derived from the final use of
-each tenant, and every queued job gets its reason.
+each tenant, and every queued job gets its reason. Every queued and every preempted job also
+gets an :class:`~optsched.schema.decision.Explanation` computed from the final decision
+(:func:`explain`): what blocks it, with the numbers, or what it made room for.
 """
 
 from __future__ import annotations
@@ -17,14 +19,18 @@ from optsched.engine.problem import Assignment, EpochProblem
 from optsched.engine.state import ClusterState, GpuKey
 from optsched.predict.base import Predictions
 from optsched.schema.decision import (
+    Binding,
     Decision,
+    Explanation,
     JobPrediction,
     Loan,
     Preempt,
     PreemptReason,
     QueueReason,
+    Resource,
     SolverInfo,
     Start,
+    TypeFit,
 )
 from optsched.schema.snapshot import GpuRef
 
@@ -217,13 +223,16 @@ def to_decision(
     pending.sort(key=lambda j: (-p.density.get(j.id, 0.0), j.submit_s, j.id))
     # the reason depends on the job's tenant, gang and allowed types only: once per kind
     kinds: dict[tuple[str, int, tuple[str, ...] | None], QueueReason] = {}
+    kind_of: list[tuple[str, int, tuple[str, ...] | None]] = []  # per queued job, for explain
     for job in pending:
         queue.append(job.id)
         kind = (job.tenant, job.gpus, None if job.gpu_types is None else tuple(job.gpu_types))
+        kind_of.append(kind)
         why = kinds.get(kind)
         if why is None:
             why = kinds[kind] = _reason(state, job.id, cap, free_before, free_after, use)
         reasons[job.id] = why
+    explanations = explain(state, p, starts, preempt, use, loans, queue, kind_of, kinds, signal)
     preds = {
         jid: JobPrediction(
             runtime_s=round(e.runtime_s, 3),
@@ -240,6 +249,7 @@ def to_decision(
         preempt=preempt,
         queue=queue,
         queue_reasons=reasons,
+        explanations=explanations,
         loans=loans,
         assurance={t: round(signal[t].value, 6) for t in state.tenant_ids},
         assurance_state=asr.next_state(state, signal, sorted(started)),
@@ -314,3 +324,555 @@ def _reason(
         if bl is not None and use.get((job.tenant, t), 0) + job.gpus - state.quota(job.tenant, t) > bl:
             return QueueReason.BORROW_LIMIT
     return QueueReason.QUOTA_AND_NO_LENDER
+
+
+# explanations ---------------------------------------------------------------------------------
+
+MAX_IDS = 10
+"""Job ids an explanation's ``blocked_by`` (and its text) lists at most; the text says how many
+there are in all."""
+_NEVER = frozenset({"gang_size", "type_unavailable"})
+"""Bindings no decision can lift: such types come last."""
+_RANK = {
+    b: k
+    for k, b in enumerate(
+        (
+            "not_chosen",
+            "priority",
+            "no_lender",
+            "lend_limit",
+            "borrow_limit",
+            "over_quota_kept",
+            "capacity",
+            "gang_size",
+            "type_unavailable",
+        )
+    )
+}
+"""Among types as many GPUs short, the one whose binding is easiest to lift first."""
+
+
+class _Ledger:
+    """The cluster as the decision leaves it, summed once: what every explanation reads."""
+
+    def __init__(
+        self,
+        state: ClusterState,
+        p: EpochProblem,
+        starts: list[Start],
+        use: dict[tuple[str, str], int],
+        loans: list[Loan],
+    ) -> None:
+        self.state = state
+        self.use = use
+        self.cap = state.capacity()
+        self.tindex = {t: k for k, t in enumerate(state.type_names)}
+        density = p.density
+        self.value = lambda j: (-density.get(j, 0.0), j)
+        self.lent_in: dict[tuple[str, str], int] = defaultdict(int)
+        self.lent_out: dict[tuple[str, str], int] = defaultdict(int)
+        for ln in loans:
+            self.lent_in[(ln.borrower, ln.gpu_type)] += ln.gpus
+            self.lent_out[(ln.lender, ln.gpu_type)] += ln.gpus
+        self.total: dict[str, int] = defaultdict(int)
+        for (_, t), v in use.items():
+            self.total[t] += v
+        self.started: dict[str, int] = defaultdict(int)
+        self.by_type: dict[str, list[str]] = defaultdict(list)
+        self.start_of: dict[str, Start] = {}
+        self.ranked: dict[object, list[str]] = {}
+        self.labels: dict[str, str] = {}
+        self.resources: dict[tuple[str, int], Resource] = {}
+        self.gains: dict[str, dict[str, int]] = {}
+        self.fits: dict[tuple[str, int, str], tuple[TypeFit, str]] = {}
+        self.on_gpu: dict[GpuKey, list[str]] = defaultdict(list)
+        on_gpu = self.on_gpu
+        for s in starts:
+            jid = s.job
+            self.start_of[jid] = s
+            for r in s.allocation:
+                on_gpu[(r.node, r.gpu)].append(jid)
+            if s.colocated_with:
+                continue
+            t = state.node_type(s.allocation[0].node)
+            self.started[t] += len(s.allocation)
+            self.by_type[t].append(jid)
+        # what each tenant could still lend after the decision, with and without lend_limit
+        self.lendable: dict[tuple[str, str], int] = {}
+        self.idle: dict[tuple[str, str], int] = {}
+        self.lend_sum: dict[str, int] = defaultdict(int)
+        self.idle_sum: dict[str, int] = defaultdict(int)
+        for ten in state.tenant_ids:
+            for t in state.type_names:
+                lo = self.lent_out[(ten, t)]
+                idle = max(0, state.quota(ten, t) - use.get((ten, t), 0) - lo)
+                ll = state.lend_limit(ten, t)
+                give = idle if ll is None else max(0, min(idle, ll - lo))
+                self.idle[(ten, t)] = idle
+                self.lendable[(ten, t)] = give
+                self.idle_sum[t] += idle
+                self.lend_sum[t] += give
+
+    def fit(self, ten: str, g: int, t: str) -> TypeFit:
+        """Why a gang of ``g`` GPUs of tenant ``ten`` does not start on ``t`` (see TypeFit)."""
+        st = self.state
+        cap = self.cap.get(t, 0)
+        free = cap - self.total[t]
+        started = self.started[t]
+        q = st.quota(ten, t)
+        u = self.use.get((ten, t), 0)
+        li = self.lent_in[(ten, t)]
+        idle = q - u - self.lent_out[(ten, t)]
+        to_borrow = max(0, g - idle - li)
+        lendable = self.lend_sum[t] - self.lendable[(ten, t)]
+        idle_else = self.idle_sum[t] - self.idle[(ten, t)]
+        bl = st.borrow_limit(ten, t)
+        room = None if bl is None else bl - li
+        binding: Binding
+        if cap == 0:
+            binding, missing = "type_unavailable", g
+        elif cap < g:
+            binding, missing = "gang_size", g - cap
+        elif free < g:
+            binding = "priority" if free + started >= g else "capacity"
+            missing = g - free
+        elif to_borrow == 0:
+            binding, missing = "not_chosen", 0  # never under invariant 8
+        elif u - q - li > 0:
+            binding, missing = "over_quota_kept", to_borrow
+        elif room is not None and room < to_borrow:
+            binding, missing = "borrow_limit", to_borrow - max(0, room)
+        elif lendable < to_borrow:
+            binding = "lend_limit" if idle_else >= to_borrow else "no_lender"
+            missing = to_borrow - lendable
+        else:
+            binding, missing = "not_chosen", 0
+        return TypeFit(
+            gpu_type=t,
+            binding=binding,
+            missing=missing,
+            capacity=cap,
+            free=free,
+            started=started,
+            kept=self.total[t] - started,
+            quota=q,
+            use=u,
+            idle_quota=idle,
+            borrowed=li,
+            to_borrow=to_borrow,
+            lendable=lendable,
+            idle_elsewhere=idle_else,
+            borrow_room=room,
+        )
+
+    def of_type(self, t: str, ten: str | None = None) -> list[str]:
+        """Jobs started now on ``t`` (of tenant ``ten`` if given; MPS guests excluded), most
+        valuable first."""
+        key = t if ten is None else (ten, t)
+        ids = self.ranked.get(key)
+        if ids is None:
+            if ten is None:
+                ids = sorted(self.by_type.get(t, []), key=self.value)
+            else:
+                job = self.state.job
+                ids = [j for j in self.of_type(t) if job(j).tenant == ten]
+            self.ranked[key] = ids
+        return ids
+
+    def resource(self, t: str, gpus: int) -> Resource:
+        r = self.resources.get((t, gpus))
+        if r is None:
+            r = self.resources[(t, gpus)] = Resource(gpu_type=t, gpus=gpus)
+        return r
+
+    def gain(self, t: str, before: Mapping[tuple[str, str], int]) -> dict[str, int]:
+        """Per tenant: how much more of its own quota on ``t`` it uses after the decision."""
+        g = self.gains.get(t)
+        if g is None:
+            q, use = self.state.quota, self.use
+            g = self.gains[t] = {
+                o: min(q(o, t), use.get((o, t), 0)) - min(q(o, t), before.get((o, t), 0))
+                for o in self.state.tenant_ids
+            }
+        return g
+
+    def takers(self, job_id: str) -> list[str]:
+        """Jobs started now on the GPUs of running job ``job_id``, most valuable first."""
+        alloc = self.state.job(job_id).allocation or []
+        ids = {j for r in alloc for j in self.on_gpu.get((r.node, r.gpu), ())}
+        return sorted(ids, key=self.value)
+
+    def who(self, ids: list[str], limit: int | None = MAX_IDS) -> str:
+        """``p1 (t1), p2 (t3, on loan), … 12 in all``."""
+        parts = []
+        for j in ids[:limit]:
+            label = self.labels.get(j)
+            if label is None:
+                s = self.start_of.get(j)
+                how = ""
+                if s is not None and (s.colocated_with or s.on_loan):
+                    how = ", MPS guest" if s.colocated_with else ", on loan"
+                label = self.labels[j] = f"{j} ({self.state.job(j).tenant}{how})"
+            parts.append(label)
+        more = f", … {len(ids)} jobs in all" if limit is not None and len(ids) > limit else ""
+        return ", ".join(parts) + more
+
+
+def explain(
+    state: ClusterState,
+    p: EpochProblem,
+    starts: list[Start],
+    preempt: list[Preempt],
+    use: dict[tuple[str, str], int],
+    loans: list[Loan],
+    queue: list[str],
+    kind_of: list[tuple[str, int, tuple[str, ...] | None]],
+    reasons: Mapping[tuple[str, int, tuple[str, ...] | None], QueueReason],
+    signal: dict[str, asr.TenantAssurance],
+) -> dict[str, Explanation]:
+    """An explanation for every queued and every preempted job, from the final decision.
+
+    ``kind_of[i]`` is the (tenant, gang, allowed types or None) of ``queue[i]``; ``reasons``
+    its queue reason. A queued job's explanation depends on its kind only, so it is computed
+    once per kind and shared.
+    """
+    led = _Ledger(state, p, starts, use, loans)
+    per_kind: dict[tuple[str, int, tuple[str, ...] | None], Explanation] = {}
+    for kind, code in reasons.items():
+        ten, g, types = kind
+        per_kind[kind] = _explain_queued(led, ten, g, state.type_names if types is None else types, code)
+    out = {jid: per_kind[kind] for jid, kind in zip(queue, kind_of, strict=True)}
+    stopped = {x.job: x for x in preempt}
+    evicted = set(p.evicted)
+    before: dict[tuple[str, str], int] = {}
+    if any(pr.reason == PreemptReason.RECLAIM for pr in preempt):
+        # each tenant's use in the snapshot: running jobs that may stop plus those that must
+        for i, row in enumerate(p.held(own_only=False)):
+            for t, n in enumerate(row):
+                before[(p.tenants[i], p.types[t])] = n
+        for jid in p.forced:
+            job = state.job(jid)
+            if jid not in state.host_of:
+                key = (job.tenant, state.job_type(job))
+                before[key] = before.get(key, 0) + job.gpus
+    for pr in preempt:
+        out[pr.job] = _explain_preempted(led, pr, stopped, evicted, before, signal)
+    return out
+
+
+def _gpus(n: int, t: str | None = None) -> str:
+    """``1 'A100' GPU``, ``3 GPUs``."""
+    return f"{n} {'' if t is None else repr(t) + ' '}GPU{'' if n == 1 else 's'}"
+
+
+def _idle_text(f: TypeFit, ten: str) -> str:
+    lo = f.quota - f.use - f.idle_quota
+    lends = f", lends {lo}" if lo > 0 else ""
+    if f.idle_quota > 0:
+        return f"its tenant {ten} has {f.idle_quota} idle quota (quota {f.quota}, uses {f.use}{lends})"
+    on_loan = f", {f.borrowed} of them on loan" if f.borrowed else ""
+    return f"its tenant {ten} has no idle quota (quota {f.quota}, uses {f.use}{on_loan}{lends})"
+
+
+def _fit_text(led: _Ledger, f: TypeFit, ten: str, g: int) -> str:
+    t, b = f.gpu_type, f.binding
+    if b == "type_unavailable":
+        return f"'{t}': no GPU of this type is on an available node"
+    if b == "gang_size":
+        return f"'{t}': only {_gpus(f.capacity)} on available nodes, fewer than its gang of {g}"
+    if b in ("priority", "capacity"):
+        ids = led.of_type(t)
+        new = f"jobs started now ({led.who(ids)})" if ids else "jobs started now"
+        old = "running jobs that keep running"
+        first, second = (f.started, new), (f.kept, old)
+        if b == "capacity":
+            first, second = second, first
+        verb = "is" if first[0] == 1 else "are"
+        return (
+            f"'{t}': {f.free} free after this decision; {first[0]} {verb} held by {first[1]}, "
+            f"{second[0]} by {second[1]}"
+        )
+    head = f"'{t}': {f.free} free, but {_idle_text(f, ten)}"
+    if b == "over_quota_kept":
+        over = f.use - f.quota - f.borrowed
+        return (
+            f"{head}; {_gpus(over)} of it run above quota with no lender to cover them, so nothing "
+            "starts on top of them"
+        )
+    need = f"starting it would take {f.to_borrow} more on loan"
+    if b == "borrow_limit":
+        room = f.borrow_room or 0
+        return (
+            f"{head}; {need}, and it may borrow {max(0, room)} more (borrow_limit {f.borrowed + room}, "
+            f"borrows {f.borrowed})"
+        )
+    if b == "lend_limit":
+        return (
+            f"{head}; {need}: the other tenants have {f.idle_elsewhere} idle quota, but their lend_limit "
+            f"lets them lend {f.lendable}"
+        )
+    if b == "no_lender":
+        return f"{head}; {need}, and the other tenants can lend {f.lendable}"
+    if f.to_borrow == 0:
+        return f"'{t}': {f.free} free and {_idle_text(f, ten)}: it fits, yet this decision does not start it"
+    return (
+        f"{head}; {need} and the other tenants could lend {f.lendable}: starting on borrowed quota is "
+        "optional and this decision does not"
+    )
+
+
+def _explain_queued(
+    led: _Ledger, ten: str, g: int, allowed: tuple[str, ...], code: QueueReason
+) -> Explanation:
+    got = []
+    for t in allowed:
+        ft = led.fits.get((ten, g, t))
+        if ft is None:
+            f = led.fit(ten, g, t)
+            ft = led.fits[(ten, g, t)] = (f, _fit_text(led, f, ten, g))
+        got.append(ft)
+    if len(got) > 1:
+        tindex = led.tindex
+
+        def order(x: tuple[TypeFit, str]) -> tuple[bool, int, int, int]:
+            f = x[0]
+            return (f.binding in _NEVER, f.missing, _RANK[f.binding], tindex[f.gpu_type])
+
+        got.sort(key=order)
+    fits = [f for f, _ in got]
+    if not fits:
+        return Explanation(
+            code=code.value,
+            text="it allows no GPU type of the fleet",
+            binding="type_unavailable",
+            tenant=ten,
+            resource=None,
+            types=[],
+            blocked_by=[],
+            made_room_for=[],
+            lender=None,
+            host=None,
+        )
+    best = fits[0]
+    if best.binding in ("priority", "capacity"):
+        blocked = led.of_type(best.gpu_type)[:MAX_IDS]
+    elif best.binding in _NEVER:
+        blocked = []
+    else:
+        blocked = led.of_type(best.gpu_type, ten)[:MAX_IDS]
+    what = _gpus(g, allowed[0]) if len(allowed) == 1 else f"{_gpus(g)} of one type ({', '.join(allowed)})"
+    text = f"needs {what}. " + ". ".join(text for _, text in got) + "."
+    return Explanation(
+        code=code.value,
+        text=text,
+        binding=best.binding,
+        tenant=ten,
+        resource=led.resource(best.gpu_type, g),
+        types=fits,
+        blocked_by=blocked,
+        made_room_for=[],
+        lender=None,
+        host=None,
+    )
+
+
+def _explain_preempted(
+    led: _Ledger,
+    pr: Preempt,
+    stopped: dict[str, Preempt],
+    evicted: set[str],
+    before: Mapping[tuple[str, str], int],
+    signal: dict[str, asr.TenantAssurance],
+) -> Explanation:
+    st = led.state
+    job = st.job(pr.job)
+    ten = job.tenant
+    t = st.job_type(job)
+    takers = led.takers(job.id)
+    host = st.host_of.get(job.id)
+    lender: str | None = None
+    binding: Binding
+    gone = ""
+    if takers:
+        verb = "goes" if job.gpus == 1 else "go"
+        gone = f"; its {_gpus(job.gpus, t)} {verb} to {led.who(takers, None)} started now"
+    room = takers
+    if pr.reason == PreemptReason.NODE_UNAVAILABLE:
+        alloc = job.allocation or []
+        down = sorted({r.node for r in alloc if not st.node_available(r.node)})
+        binding = "node_unavailable"
+        text = f"node {', '.join(down)} is unavailable (drained or failed), so the job cannot keep running"
+        text += gone
+    elif pr.reason == PreemptReason.RECLAIM:
+        q_of = st.quota
+        gain = led.gain(t, before)
+        owners = [o for o in st.tenant_ids if o != ten and gain[o] > 0]
+        taker_tenants = {st.job(j).tenant for j in takers}
+        owners.sort(key=lambda o: (o not in taker_tenants, -gain[o], st.tenant_index[o]))
+        text = f"it ran on '{t}' quota its tenant {ten} borrowed"
+        if owners:
+            lender = owners[0]
+            binding = "quota"
+            u0, u1 = before.get((lender, t), 0), led.use.get((lender, t), 0)
+            text += (
+                f"; {lender} takes its quota back: it uses {u1} of its {q_of(lender, t)} '{t}' quota after "
+                f"this decision, {u0} before"
+            )
+        else:
+            binding = "capacity" if takers else "no_lender"
+            text += (
+                f"; no lender uses more of its own quota, and after this decision {ten} borrows "
+                f"{led.lent_in[(ten, t)]} '{t}' GPUs while the other tenants could lend "
+                f"{led.lend_sum[t] - led.lendable[(ten, t)]} more"
+            )
+        text += gone
+    elif pr.reason == PreemptReason.INTERFERENCE and host is not None:
+        hten = st.job(host).tenant
+        on = f"MPS guest on the GPUs of {host} (tenant {hten})"
+        if job.id in evicted:
+            binding = "assurance"
+            a = signal[hten].value
+            text = (
+                f"{on}; {hten}'s assurance is {a:.3f}, below {asr.THETA_SHARE}: its jobs accept no "
+                "slowdown from guests this epoch"
+            )
+            if host in stopped:
+                text += f"; its host is preempted too ({stopped[host].reason.value})"
+            text += gone
+        elif host in stopped:
+            binding = "host_preempted"
+            why = stopped[host].reason.value
+            text = f"{on}, which this decision preempts ({why}): a guest stops with its host{gone}"
+        elif takers:
+            binding = "priority"
+            text = f"{on}; its place goes to {led.who(takers, None)} started now"
+        else:
+            binding = "interference"
+            text = (
+                f"{on}; no job started now takes its GPUs: stopping it ends the slowdown it causes "
+                "its host"
+            )
+    else:
+        binding = "priority"
+        qos = "best-effort" if job.qos == "best_effort" else job.qos
+        text = f"{'preemptible ' if job.is_preemptible else ''}{qos} job of {ten}"
+        if takers:
+            text += gone
+        else:
+            room = [j for j in led.of_type(t, ten) if not led.start_of[j].on_loan]
+            if room:
+                text += (
+                    f"; no job started now uses its GPUs; its tenant's in-quota starts on '{t}' use the "
+                    f"quota it held: {led.who(room)}"
+                )
+            else:
+                text += "; no job started now uses its GPUs or its quota"
+    return Explanation(
+        code=pr.reason.value,
+        text=text,
+        binding=binding,
+        tenant=ten,
+        resource=led.resource(t, job.gpus),
+        types=[],
+        blocked_by=[],
+        made_room_for=room,
+        lender=lender,
+        host=host,
+    )
+
+
+def _where(refs: list[GpuRef]) -> str:
+    """``node n3 GPUs 0-3, node n4 GPU 0``."""
+    by_node: dict[str, list[int]] = defaultdict(list)
+    for r in refs:
+        by_node[r.node].append(r.gpu)
+    parts = []
+    for node, gpus in by_node.items():
+        gpus.sort()
+        runs: list[str] = []
+        lo = prev = gpus[0]
+        for g in [*gpus[1:], None]:
+            if g is not None and g == prev + 1:
+                prev = g
+                continue
+            runs.append(str(lo) if lo == prev else f"{lo}-{prev}")
+            if g is not None:
+                lo = prev = g
+        parts.append(f"node {node} GPU{'s' if len(gpus) > 1 else ''} {','.join(runs)}")
+    return ", ".join(parts)
+
+
+def describe_job(state: ClusterState, decision: Decision, job_id: str) -> list[str]:
+    """What ``decision`` does with job ``job_id`` and why, in plain lines (``optsched explain``).
+
+    Started and kept running jobs are described from the decision itself (where, and whether in
+    quota, on loan from whom, or as an MPS guest of whom); queued and preempted jobs from
+    ``decision.explanations``. Raises ``KeyError`` when the job is not in the snapshot, and
+    ``LookupError`` when the decision cannot say (no explanation for a queued or preempted job,
+    or a pending job the decision leaves out).
+    """
+    job = state.job(job_id)  # KeyError: unknown job
+    head = f"job {job.id} (tenant {job.tenant}, {job.qos}, {_gpus(job.gpus)}, {job.state})"
+    start = next((s for s in decision.start if s.job == job_id), None)
+    stopped = next((x for x in decision.preempt if x.job == job_id), None)
+    if start is None and stopped is None and job.state == "running":
+        assert job.allocation is not None
+        return [f"{head}: keeps running on {_where(job.allocation)} ('{state.job_type(job)}')"]
+    if start is not None:
+        return [f"{head}: starts now on {_where(start.allocation)}", _start_reason(state, decision, start)]
+    e = decision.explanations.get(job_id)
+    if e is None:
+        if stopped is None and job_id not in decision.queue:
+            raise LookupError(f"the decision neither starts nor queues pending job '{job_id}'")
+        raise LookupError(
+            "the decision has no explanations (written by an optsched without them): solve the "
+            "snapshot again"
+        )
+    what = f"preempted ({e.code})" if stopped is not None else f"queued ({e.code})"
+    lines = [f"{head}: {what}, binding: {e.binding}", e.text + ("" if e.text.endswith(".") else ".")]
+    for f in e.types:
+        room = "no limit" if f.borrow_room is None else str(f.borrow_room)
+        lines.append(
+            f"  '{f.gpu_type}': {f.binding}, {f.missing} missing; capacity {f.capacity}, free {f.free}, "
+            f"started now {f.started}, kept {f.kept}; quota {f.quota}, use {f.use}, idle quota "
+            f"{f.idle_quota}, borrowed {f.borrowed}, to borrow {f.to_borrow}, others can lend "
+            f"{f.lendable} (idle {f.idle_elsewhere}), borrow room {room}"
+        )
+    if e.blocked_by:
+        lines.append(f"blocked by: {', '.join(e.blocked_by)}")
+    if e.made_room_for:
+        lines.append(f"made room for: {', '.join(e.made_room_for)}")
+    if e.lender is not None:
+        lines.append(f"lender taking its quota back: {e.lender}")
+    if e.host is not None:
+        lines.append(f"MPS host: {e.host}")
+    return lines
+
+
+def _start_reason(state: ClusterState, decision: Decision, start: Start) -> str:
+    job = state.job(start.job)
+    t = state.node_type(start.allocation[0].node)
+    if start.colocated_with:
+        hosts = ", ".join(f"{h} (tenant {state.job(h).tenant})" for h in start.colocated_with)
+        return f"MPS guest on the GPUs of {hosts}: it uses no quota"
+    stopped = {x.job for x in decision.preempt}
+    use = 0
+    for other in state.running():
+        if other.tenant == job.tenant and other.id not in stopped and other.id not in state.host_of:
+            use += other.gpus if state.job_type(other) == t else 0
+    for s in decision.start:
+        if not s.colocated_with and state.job(s.job).tenant == job.tenant:
+            use += len(s.allocation) if state.node_type(s.allocation[0].node) == t else 0
+    q = state.quota(job.tenant, t)
+    if not start.on_loan:
+        return (
+            f"inside its tenant's quota: {job.tenant} uses {use} of its {q} '{t}' quota after this "
+            "decision"
+        )
+    lenders = [ln for ln in decision.loans if ln.borrower == job.tenant and ln.gpu_type == t]
+    frm = ", ".join(f"{ln.lender} ({ln.gpus})" for ln in lenders) or "nobody"
+    borrowed = sum(ln.gpus for ln in lenders)
+    return (
+        f"on loan: {job.tenant} uses {use} '{t}' GPUs after this decision on a quota of {q}, and "
+        f"borrows {borrowed} from {frm}"
+    )

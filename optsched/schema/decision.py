@@ -6,6 +6,8 @@ each field carries a description that becomes the JSON Schema of ``optsched sche
 Fields optsched adds to format 1 (see "Added fields" in ``docs/snapshot-format.md``):
 
 * ``Decision.queue_reasons``: why each queued job did not start (a :class:`QueueReason`).
+* ``Decision.explanations``: for every queued and every preempted job, what blocks it or what it
+  made room for, with the numbers (an :class:`Explanation`).
 * ``SolverInfo.status_detail``, ``stage_seconds``, ``notes``, ``fallback_reason``.
 * ``JobPrediction.source``: where a prediction came from.
 * ``Unit.session`` and ``Unit.model`` in workflow plans.
@@ -55,6 +57,114 @@ class QueueReason(StrEnum):
     """It could fit alone, but jobs of higher value took the capacity."""
     DEADLINE = "deadline"
     """The time budget ran out before the job was considered (fallback only)."""
+
+
+Binding = Literal[
+    "capacity",
+    "priority",
+    "quota",
+    "borrow_limit",
+    "lend_limit",
+    "no_lender",
+    "over_quota_kept",
+    "gang_size",
+    "type_unavailable",
+    "not_chosen",
+    "node_unavailable",
+    "assurance",
+    "host_preempted",
+    "interference",
+]
+"""The constraint an explanation names (see "Explanations" in ``docs/snapshot-format.md``)."""
+
+
+class Resource(_Strict):
+    """A number of GPUs of one type."""
+
+    gpu_type: str = Field(description="The GPU type.")
+    gpus: int = Field(
+        ge=0, description="Number of GPUs: what a queued job asks for, what a preempted job held."
+    )
+
+
+class TypeFit(_Strict):
+    """Why a queued job does not start on one of its allowed GPU types, with the numbers after
+    the decision (all counts are GPUs of ``gpu_type``)."""
+
+    gpu_type: str = Field(description="The allowed GPU type.")
+    binding: Binding = Field(description="The first constraint that keeps the job off this type.")
+    missing: int = Field(
+        ge=0, description="GPUs missing on the binding constraint: how far the job is from fitting here."
+    )
+    capacity: int = Field(description="GPUs of the type on available nodes (workflow pool excluded).")
+    free: int = Field(description="GPUs of the type free after the decision.")
+    started: int = Field(
+        description="GPUs of the type held by jobs this decision starts (MPS guests excluded)."
+    )
+    kept: int = Field(description="GPUs of the type held by running jobs that keep running.")
+    quota: int = Field(description="The job's tenant's quota on the type.")
+    use: int = Field(description="The tenant's use of the type after the decision (MPS guests excluded).")
+    idle_quota: int = Field(
+        description="The tenant's quota minus its use minus what it lends of the type (negative when "
+        "it runs above quota)."
+    )
+    borrowed: int = Field(description="GPUs of the type the tenant receives through the decision's loans.")
+    to_borrow: int = Field(
+        description="GPUs the tenant would have to borrow on top of its loans to start the job here "
+        "(gang minus idle quota minus loans received; 0 when its quota holds the job)."
+    )
+    lendable: int = Field(
+        description="Idle quota the other tenants could still lend on the type after the decision, "
+        "within their lend_limit."
+    )
+    idle_elsewhere: int = Field(
+        description="Idle quota of the other tenants on the type after the decision, lend_limit ignored."
+    )
+    borrow_room: int | None = Field(
+        default=None,
+        description="The tenant's borrow_limit on the type minus the loans it receives; null: no limit.",
+    )
+
+
+class Explanation(_Strict):
+    """What blocks a queued job, or what a preemption made room for, in numbers that hold for the
+    decision it belongs to (added by optsched)."""
+
+    code: str = Field(
+        description="The queued job's `queue_reasons` value, or the preempted job's `reason`."
+    )
+    text: str = Field(description="The explanation in plain words.")
+    binding: Binding = Field(
+        description="The constraint that binds: for a queued job, on its best (closest to fitting) "
+        "allowed type."
+    )
+    tenant: str = Field(description="The job's tenant.")
+    resource: Resource | None = Field(
+        default=None,
+        description="Queued: the best type and the gang size; preempted: the type and GPUs it held.",
+    )
+    types: list[TypeFit] = Field(
+        default_factory=list,
+        description="Queued jobs: one entry per allowed GPU type, the best (closest to fitting) first.",
+    )
+    blocked_by: list[str] = Field(
+        default_factory=list,
+        description="Queued jobs: jobs started now that hold the GPUs (binding capacity/priority) or "
+        "the tenant's quota (quota bindings) on the best type, most valuable first, at most 10.",
+    )
+    made_room_for: list[str] = Field(
+        default_factory=list,
+        description="Preempted jobs: the jobs started now on its GPUs (or, when none, the starts that "
+        "use the quota it held).",
+    )
+    lender: str | None = Field(
+        default=None,
+        description="Reclaimed jobs: the tenant that takes its lent quota back (its lendable idle quota "
+        "on the type is lower after the decision than before).",
+    )
+    host: str | None = Field(
+        default=None, description="Preempted MPS guests: the job whose GPUs it shared."
+    )
 
 
 class SolverInfo(_Strict):
@@ -186,6 +296,11 @@ class Decision(_Strict):
     )
     queue_reasons: dict[str, QueueReason] = Field(
         default_factory=dict, description="Why each queued job did not start (added by optsched)."
+    )
+    explanations: dict[str, Explanation] = Field(
+        default_factory=dict,
+        description="For every queued and every preempted job: what blocks it or what it made room "
+        "for, with numbers that hold for this decision (added by optsched).",
     )
     loans: list[Loan] = Field(
         default_factory=list, description="Idle quota lent between tenants, in force after this decision."
