@@ -499,8 +499,9 @@ class _Ledger:
     def takers(self, job_id: str) -> list[str]:
         """Jobs started now on the GPUs of running job ``job_id``, most valuable first."""
         alloc = self.state.job(job_id).allocation or []
-        ids = {j for r in alloc for j in self.on_gpu.get((r.node, r.gpu), ())}
-        return sorted(ids, key=self.value)
+        on_gpu = self.on_gpu
+        ids = {j for r in alloc for j in on_gpu.get((r.node, r.gpu), ())}
+        return list(ids) if len(ids) < 2 else sorted(ids, key=self.value)
 
     def who(self, ids: list[str], limit: int | None = MAX_IDS) -> str:
         """``p1 (t1), p2 (t3, on loan), … 12 in all``."""
@@ -670,9 +671,6 @@ def _explain_queued(
         resource=led.resource(best.gpu_type, g),
         types=fits,
         blocked_by=blocked,
-        made_room_for=[],
-        lender=None,
-        host=None,
     )
 
 
@@ -773,8 +771,6 @@ def _explain_preempted(
         binding=binding,
         tenant=ten,
         resource=led.resource(t, job.gpus),
-        types=[],
-        blocked_by=[],
         made_room_for=room,
         lender=lender,
         host=host,
