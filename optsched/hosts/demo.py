@@ -18,6 +18,7 @@ them over its quota, and two best-effort ones).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -28,9 +29,10 @@ import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from optsched.hosts.slurmcli import JobCompRecord, SlurmClient, SlurmError, read_jobcomp
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "slurm-dev-cluster.sh"
 HOUR_WEIGHTS = (
@@ -142,13 +144,17 @@ def make_stream(spec: DemoSpec) -> list[DemoJob]:
     return out
 
 
-def _sbatch_args(job: DemoJob) -> list[str]:
-    account = TENANTS[job.tenant][0]
-    shape = ["-N2", "--gres=gpu:8"] if job.gpus == 16 else ["-N1", f"--gres=gpu:{job.gpus}"]
-    return [
-        "sbatch", "--parsable", "-o", "/dev/null", "-J", job.name, "-A", account, "-t", "5",
-        *shape, "--wrap", f"sleep {job.duration_s}",
-    ]  # fmt: skip
+def _submit(client: SlurmClient, job: DemoJob) -> int:
+    """``sbatch`` one job: 16 GPUs as two whole nodes, else one node; a 5-minute time limit."""
+    two = job.gpus == 16
+    return client.submit(
+        seconds=job.duration_s,
+        name=job.name,
+        account=TENANTS[job.tenant][0],
+        gpus=8 if two else job.gpus,
+        nodes=2 if two else 1,
+        extra=["--time=5"],
+    )
 
 
 # ---------------------------------------------------------------------------------- one run
@@ -169,6 +175,7 @@ def run_mode(mode: str, stream: list[DemoJob], spec: DemoSpec, folder: Path, tim
     """Run the stream on a fresh cluster in ``folder``; returns its jobcomp file."""
     folder.mkdir(parents=True, exist_ok=True)
     env = _cluster("up", folder / "cluster", "on" if mode == "optsched" else "off")
+    client = SlurmClient(env=env)
     stop = threading.Event()
     loop_thread: threading.Thread | None = None
     loop: Any = None
@@ -177,7 +184,7 @@ def run_mode(mode: str, stream: list[DemoJob], spec: DemoSpec, folder: Path, tim
         if mode == "optsched":
             from optsched.hosts.config import load_config
             from optsched.hosts.loop import HostLoop
-            from optsched.hosts.slurm import SlurmCommands, SlurmHost
+            from optsched.hosts.slurm import SlurmHost
             from optsched.hosts.store import Store
 
             (folder / "optsched.toml").write_text(CONFIG.format(epoch_s=spec.epoch_s))
@@ -185,7 +192,7 @@ def run_mode(mode: str, stream: list[DemoJob], spec: DemoSpec, folder: Path, tim
             store = Store(cfg.store)
             from optsched import SolveParams
 
-            host = SlurmHost(cfg, store, SlurmCommands(env=env))
+            host = SlurmHost(cfg, store, client)
             loop = HostLoop(host, store, SolveParams(backend=cfg.backend, time_limit_s=cfg.time_limit_s))
             loop_thread = threading.Thread(target=loop.run, args=(spec.epoch_s,), daemon=True)
             loop_thread.start()
@@ -195,15 +202,16 @@ def run_mode(mode: str, stream: list[DemoJob], spec: DemoSpec, folder: Path, tim
             delay = job.arrival_s - (time.monotonic() - t0)
             if delay > 0:
                 stop.wait(delay)
-            p = subprocess.run(_sbatch_args(job), capture_output=True, text=True, env=env)
-            if p.returncode == 0:
-                submitted[job.name] = p.stdout.strip().split(";")[0]
+            with contextlib.suppress(SlurmError):  # a refused submission is left out
+                submitted[job.name] = str(_submit(client, job))
         # wait until every job has finished
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            q = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True, env=env)
-            if q.returncode == 0 and not q.stdout.strip():
-                break
+            try:
+                if all(j.ended for j in client.jobs()):
+                    break
+            except SlurmError:
+                pass
             time.sleep(1.0)
         time.sleep(1.5)  # jobcomp is written as jobs end
         if loop is not None:
@@ -219,49 +227,33 @@ def run_mode(mode: str, stream: list[DemoJob], spec: DemoSpec, folder: Path, tim
 
 
 # ---------------------------------------------------------------------------------- metrics
-def _t(v: str) -> float:
-    return datetime.fromisoformat(v).timestamp()
-
-
-def read_jobcomp(path: Path) -> list[dict[str, str]]:
-    """The records of a ``jobcomp/filetxt`` file (one ``key=value ...`` line per ended run)."""
-    out = []
-    for line in path.read_text().splitlines():
-        rec = dict(re.findall(r"(\w+)=(\S*)", line))
-        if "JobId" in rec:
-            out.append(rec)
-    return out
-
-
-def metrics(records: list[dict[str, str]], stream: list[DemoJob]) -> dict[str, Any]:
+def metrics(records: list[JobCompRecord], stream: list[DemoJob]) -> dict[str, Any]:
     """Per-tenant queueing delay, QoS compliance and GPU-seconds; cluster utilisation."""
     spec = {j.name: j for j in stream}
-    runs: dict[str, list[dict[str, str]]] = {}
+    runs: dict[int, list[JobCompRecord]] = {}
     for r in records:
-        if r.get("Name") in spec:
-            runs.setdefault(r["JobId"], []).append(r)
+        if r.name in spec:
+            runs.setdefault(r.job_id, []).append(r)
     per: dict[str, dict[str, list[float]]] = {t: {"delay": [], "gpu_s": []} for t in TENANTS}
     t_first, t_last, gpu_s_all, done, requeued = math.inf, 0.0, 0.0, 0, 0
     for recs in runs.values():
-        job = spec[recs[0]["Name"]]
-        submit = min(_t(r["SubmitTime"]) for r in recs if r.get("SubmitTime", "Unknown") != "Unknown")
-        starts = [_t(r["StartTime"]) for r in recs if r.get("StartTime", "Unknown") != "Unknown"]
+        job = spec[recs[0].name]
+        submit = min(r.submit_time for r in recs if r.submit_time is not None)
+        starts = [r.start_time for r in recs if r.start_time is not None]
         if not starts:
             continue
         first_start = min(starts)
         per[job.tenant]["delay"].append(max(0.0, first_start - submit))
         for r in recs:
-            if r.get("StartTime", "Unknown") == "Unknown" or r.get("EndTime", "Unknown") == "Unknown":
+            if r.start_time is None or r.end_time is None:
                 continue
-            g = job.gpus * max(0.0, _t(r["EndTime"]) - _t(r["StartTime"]))
+            g = job.gpus * max(0.0, r.end_time - r.start_time)
             per[job.tenant]["gpu_s"].append(g)
             gpu_s_all += g
-            t_last = max(t_last, _t(r["EndTime"]))
+            t_last = max(t_last, r.end_time)
         t_first = min(t_first, submit)
-        done += any(r.get("JobState") == "COMPLETED" for r in recs)
-        requeued += sum(
-            r.get("JobState") in ("PENDING", "REQUEUED", "PREEMPTED", "REQUEUE_HOLD") for r in recs
-        )
+        done += any(r.state == "COMPLETED" for r in recs)
+        requeued += sum(r.state in ("PENDING", "REQUEUED", "PREEMPTED", "REQUEUE_HOLD") for r in recs)
     span = max(1.0, t_last - t_first)
     tenants: dict[str, Any] = {}
     for t, d in per.items():
@@ -330,7 +322,7 @@ def run_demo(spec: DemoSpec, out: Path, modes: list[str], cluster_dir: Path | No
     for mode in modes:
         t0 = time.monotonic()
         jobcomp = run_mode(mode, stream, spec, base / mode)
-        recs = read_jobcomp(jobcomp) if jobcomp.exists() else []
+        recs, _ = read_jobcomp(jobcomp)
         (out / f"jobcomp-{mode}.txt").write_text(jobcomp.read_text() if jobcomp.exists() else "")
         summary["modes"][mode] = metrics(recs, stream) | {"wall_s": round(time.monotonic() - t0, 1)}
         text = markdown(summary)  # written after each mode, so a failed later mode keeps this one

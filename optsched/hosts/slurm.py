@@ -3,11 +3,12 @@
 Slurm keeps every job held at submission (a ``job_submit.lua`` gate sets priority 0); each
 epoch the adapter
 
-* **reads** ``squeue --json`` and ``sinfo --json`` and builds a format-1 snapshot
-  (:func:`build_snapshot`, a pure function of the two documents, the config and the store's
-  history): nodes and GPU types from the gres strings, running jobs with their node / GPU
-  index allocation from ``gres_detail`` (``gpu:a100:4(IDX:0-3)``), ``on_loan`` from the store,
-  pending jobs that are held (or released but not started), tenants and quotas from the config;
+* **reads** the cluster through :class:`optsched.hosts.slurmcli.SlurmClient` (``squeue --json``,
+  ``sinfo --json``, parsed there) and builds a format-1 snapshot (:func:`build_snapshot`, a pure
+  function of the jobs and nodes read, the config and the store's history): nodes and GPU types
+  from the gres strings, running jobs with their node / GPU index allocation from
+  ``gres_detail`` (``gpu:a100:4(IDX:0-3)``), ``on_loan`` from the store, pending jobs that are
+  held (or released but not started), tenants and quotas from the config;
 * lets :class:`optsched.hosts.loop.HostLoop` decide and check;
 * **applies** the checked decision (:meth:`SlurmHost.apply`): preemptions by
   ``scontrol requeuehold`` (the job goes back to held, its GPUs free at once), then starts by
@@ -27,11 +28,7 @@ decision's ``colocated_with`` start is logged and skipped): sharing needs Slurm'
 
 from __future__ import annotations
 
-import json
 import logging
-import re
-import shutil
-import subprocess
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -39,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from optsched.hosts.config import SlurmConfig
 from optsched.hosts.loop import Action, History, Report
+from optsched.hosts.slurmcli import HOLDING_STATES, SlurmClient, SlurmError, SlurmJob, SlurmNode
 
 if TYPE_CHECKING:
     from optsched import Decision, Snapshot
@@ -51,189 +49,7 @@ UNMANAGED = "_unmanaged"
 SUBMIT_KEY = "first_submit"
 """Store meta key: {job id: first submit time seen}, since a requeue moves Slurm's submit_time."""
 PENDING_SKIP_REASONS = ("Dependency", "BeginTime", "DependencyNeverSatisfied")
-RUNNING_STATES = {"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED"}
-DOWN_STATES = ("down", "drain", "fail", "maint", "unknown", "future", "not_responding", "reboot")
-
-
-# ---------------------------------------------------------------------------------- parsing
-def expand_hostlist(text: str) -> list[str]:
-    """``n[1-3],m5`` -> ``['n1', 'n2', 'n3', 'm5']`` (Slurm's compressed host lists)."""
-    out: list[str] = []
-    for part in re.findall(r"[^,\[]+(?:\[[^\]]*\])?[^,]*", text or ""):
-        m = re.fullmatch(r"([^\[]*)\[([^\]]*)\](.*)", part)
-        if not m:
-            out.append(part)
-            continue
-        pre, ranges, post = m.groups()
-        for r in ranges.split(","):
-            if "-" in r:
-                a, b = r.split("-", 1)
-                out += [f"{pre}{i:0{len(a)}d}{post}" for i in range(int(a), int(b) + 1)]
-            else:
-                out.append(f"{pre}{r}{post}")
-    return out
-
-
-def parse_indices(text: str) -> list[int]:
-    """``0-2,5`` -> ``[0, 1, 2, 5]``; ``N/A`` -> ``[]``."""
-    out: list[int] = []
-    for r in text.split(","):
-        r = r.strip()
-        if not r or not r[0].isdigit():
-            continue
-        if "-" in r:
-            a, b = r.split("-", 1)
-            out += list(range(int(a), int(b) + 1))
-        else:
-            out.append(int(r))
-    return out
-
-
-_GRES = re.compile(r"^(?:gres[:/])?gpu(?::([^:(]+))?:(\d+)(?:\(IDX:([^)]*)\))?$")
-
-
-def parse_gpu_gres(text: str) -> tuple[str | None, int, list[int] | None] | None:
-    """The GPU part of a gres / tres string: ``(type or None, count, indices or None)``.
-
-    ``gres:gpu:a100:4`` -> ``('a100', 4, None)``; ``gpu:v100:2(IDX:0-1)`` -> ``('v100', 2,
-    [0, 1])``; ``gres:gpu:3`` -> ``(None, 3, None)``; no GPU part -> ``None``.
-    """
-    for item in re.split(r",(?![^(]*\))", text or ""):
-        m = _GRES.match(item.strip())
-        if m:
-            typ, n, idx = m.groups()
-            return typ, int(n), (parse_indices(idx) if idx is not None else None)
-    return None
-
-
-@dataclass(frozen=True)
-class SlurmNode:
-    name: str
-    gres_type: str
-    gpus: int
-    used: frozenset[int]
-    state: str
-    available: bool
-
-
-@dataclass(frozen=True)
-class SlurmJob:
-    id: str
-    account: str
-    partition: str
-    state: str
-    """``PENDING``, ``RUNNING``, ..."""
-    reason: str
-    priority: int
-    held: bool
-    gres_type: str | None
-    gpus: int
-    """Total GPUs of the gang."""
-    per_node: int | None
-    """GPUs per node when the job asked per node (``--gres``), else ``None`` (``--gpus``)."""
-    node_count: int
-    nodes: tuple[str, ...]
-    allocation: tuple[tuple[str, int], ...]
-    submit_s: float
-    start_s: float | None
-    time_limit_s: float | None
-    qos: str
-    comment: str
-    name: str
-    user: str
-
-
-def _num(v: Any) -> float | None:
-    """squeue 22.05 writes numbers plainly; later versions wrap them as {set, number}."""
-    if isinstance(v, dict):
-        if not v.get("set", True) or v.get("infinite"):
-            return None
-        v = v.get("number")
-    return None if v is None else float(v)
-
-
-def _state(v: Any) -> str:
-    if isinstance(v, list):
-        return str(v[0]) if v else ""
-    return str(v or "")
-
-
-def parse_nodes(sinfo: dict[str, Any]) -> list[SlurmNode]:
-    """The GPU nodes of ``sinfo --json`` (one per name; nodes without GPUs are left out)."""
-    out: dict[str, SlurmNode] = {}
-    for n in sinfo.get("nodes", []):
-        name = str(n.get("name") or n.get("hostname"))
-        g = parse_gpu_gres(str(n.get("gres", "")))
-        if g is None or g[0] is None or name in out:
-            continue
-        used = parse_gpu_gres(str(n.get("gres_used", "")))
-        state = " ".join(_state(n.get("state")).lower().split())
-        flags = " ".join(str(f).lower() for f in n.get("state_flags", []) or [])
-        down = any(d in f"{state} {flags}" for d in DOWN_STATES)
-        out[name] = SlurmNode(
-            name=name,
-            gres_type=g[0],
-            gpus=g[1],
-            used=frozenset((used[2] or []) if used else []),
-            state=state,
-            available=not down,
-        )
-    return list(out.values())
-
-
-def parse_jobs(squeue: dict[str, Any]) -> list[SlurmJob]:
-    """The GPU jobs of ``squeue --json`` (jobs asking for no GPU are left out)."""
-    out: list[SlurmJob] = []
-    for j in squeue.get("jobs", []):
-        per_node = parse_gpu_gres(str(j.get("tres_per_node", "")))
-        per_job = parse_gpu_gres(str(j.get("tres_per_job", "")))
-        node_count = int(_num(j.get("node_count")) or 1)
-        if per_node is not None:
-            gres_type, gpus, pn = per_node[0], per_node[1] * node_count, per_node[1]
-        elif per_job is not None:
-            gres_type, gpus, pn = per_job[0], per_job[1], None
-        else:
-            continue
-        nodes: list[str] = []
-        res = j.get("job_resources") or {}
-        if isinstance(res.get("allocated_nodes"), list):
-            nodes = [str(a.get("nodename")) for a in res["allocated_nodes"] if a.get("nodename")]
-        if not nodes and j.get("nodes"):
-            nodes = expand_hostlist(str(j["nodes"]))
-        alloc: list[tuple[str, int]] = []
-        for node, detail in zip(nodes, j.get("gres_detail") or [], strict=False):
-            g = parse_gpu_gres(str(detail))
-            if g is not None and g[2]:
-                alloc += [(node, i) for i in g[2]]
-        state = _state(j.get("job_state")).upper()
-        reason = str(j.get("state_reason") or "")
-        priority = int(_num(j.get("priority")) or 0)
-        tl = _num(j.get("time_limit"))
-        out.append(
-            SlurmJob(
-                id=str(j["job_id"]),
-                account=str(j.get("account") or ""),
-                partition=str(j.get("partition") or ""),
-                state=state,
-                reason=reason,
-                priority=priority,
-                held=priority == 0 or "held" in reason.lower(),
-                gres_type=gres_type,
-                gpus=gpus,
-                per_node=pn,
-                node_count=node_count,
-                nodes=tuple(nodes),
-                allocation=tuple(alloc),
-                submit_s=float(_num(j.get("submit_time")) or 0.0),
-                start_s=_num(j.get("start_time")) or None,
-                time_limit_s=None if tl is None else tl * 60.0,
-                qos=str(j.get("qos") or ""),
-                comment=str(j.get("comment") or ""),
-                name=str(j.get("name") or ""),
-                user=str(j.get("user_name") or ""),
-            )
-        )
-    return out
+RUNNING_STATES = HOLDING_STATES
 
 
 # ---------------------------------------------------------------------------------- snapshot
@@ -266,7 +82,7 @@ def qos_of(cfg: SlurmConfig, job: SlurmJob, tenant: str) -> str:
 
 @dataclass
 class Observation:
-    """One read of the cluster, parsed."""
+    """One read of the cluster (:meth:`SlurmClient.jobs`, :meth:`SlurmClient.nodes`)."""
 
     jobs: list[SlurmJob]
     nodes: list[SlurmNode]
@@ -297,73 +113,75 @@ def build_snapshot(
     first_submit = first_submit or {}
     now = float(obs.now)
     types = {g: cfg.type_name(g) for g in cfg.gpu_types}
-    nodes = [n for n in obs.nodes if n.gres_type in types]
+    nodes = [n for n in obs.nodes if n.gpu_type in types]
     node_ids = {n.name for n in nodes}
     out = BuiltSnapshot(snapshot={})
     jobs: list[dict[str, Any]] = []
     unmanaged_use: dict[str, int] = {}
-    node_type = {n.name: types[n.gres_type] for n in nodes}
-    for sj in sorted(obs.jobs, key=lambda j: (j.submit_s, _job_key(j.id))):
+    node_type = {n.name: types[n.gpu_type] for n in nodes if n.gpu_type}
+    gpu_jobs = [j for j in obs.jobs if j.gpus > 0]
+    for sj in sorted(gpu_jobs, key=lambda j: (_submit_s(j), j.job_id)):
+        jid = str(sj.job_id)
         tenant = tenant_of(cfg, sj)
-        if sj.gres_type is not None and sj.gres_type not in types:
-            out.skipped.append((sj.id, f"gres type '{sj.gres_type}' is not in gpu_types"))
+        if sj.gpu_type is not None and sj.gpu_type not in types:
+            out.skipped.append((jid, f"gres type '{sj.gpu_type}' is not in gpu_types"))
             continue
-        submit = min(first_submit.get(sj.id, sj.submit_s), sj.submit_s, now)
+        submit = min(first_submit.get(jid, _submit_s(sj)), _submit_s(sj), now)
         if sj.state in RUNNING_STATES:
             alloc = [(n, i) for n, i in sj.allocation if n in node_ids]
             if len(alloc) != sj.gpus or len(set(alloc)) != len(alloc):
                 out.skipped.append(
-                    (sj.id, f"running allocation {list(sj.allocation)} is not {sj.gpus} known GPUs")
+                    (jid, f"running allocation {list(sj.allocation)} is not {sj.gpus} known GPUs")
                 )
                 continue
             if tenant is None:
                 if cfg.unmanaged == "ignore":
-                    out.skipped.append((sj.id, "no tenant owns it (unmanaged = 'ignore')"))
+                    out.skipped.append((jid, "no tenant owns it (unmanaged = 'ignore')"))
                     continue
                 tenant = UNMANAGED
                 t = node_type[alloc[0][0]]
                 unmanaged_use[t] = unmanaged_use.get(t, 0) + sj.gpus
-            start = sj.start_s if sj.start_s is not None else now
+            start = sj.start_time if sj.start_time is not None else now
             start = min(start, now)
             job: dict[str, Any] = {
-                "id": sj.id,
+                "id": jid,
                 "tenant": tenant,
                 "qos": "guaranteed" if tenant == UNMANAGED else qos_of(cfg, sj, tenant),
                 "gpus": sj.gpus,
-                "gpu_types": [types[sj.gres_type]] if sj.gres_type else None,
+                "gpu_types": [types[sj.gpu_type]] if sj.gpu_type else None,
                 "submit_s": min(submit, start),
                 "state": "running",
                 "allocation": [{"node": n, "gpu": i} for n, i in alloc],
                 "start_s": start,
-                "on_loan": bool(on_loan.get(sj.id, False)) and tenant != UNMANAGED,
+                "on_loan": bool(on_loan.get(jid, False)) and tenant != UNMANAGED,
                 "restart_cost_s": max(0.0, now - start),
             }
             if tenant == UNMANAGED:
                 job["preemptible"] = False
         elif sj.state == "PENDING":
             if tenant is None:
-                out.skipped.append((sj.id, "no tenant owns its account or partition"))
+                out.skipped.append((jid, "no tenant owns its account or partition"))
                 continue
             if any(r in sj.reason for r in PENDING_SKIP_REASONS):
-                out.skipped.append((sj.id, f"not startable ({sj.reason})"))
+                out.skipped.append((jid, f"not startable ({sj.reason})"))
                 continue
-            if not sj.held:
-                out.unheld.append(sj.id)
-            if sj.per_node is not None:
-                out.shapes[sj.id] = (sj.per_node, sj.node_count)
+            if not _held(sj):
+                out.unheld.append(jid)
+            if _per_node(sj) is not None:
+                out.shapes[jid] = (sj.gpus_per_node, _node_count(sj))
             job = {
-                "id": sj.id,
+                "id": jid,
                 "tenant": tenant,
                 "qos": qos_of(cfg, sj, tenant),
                 "gpus": sj.gpus,
-                "gpu_types": [types[sj.gres_type]] if sj.gres_type else None,
+                "gpu_types": [types[sj.gpu_type]] if sj.gpu_type else None,
                 "submit_s": submit,
                 "state": "pending",
             }
         else:
             continue
-        if sj.time_limit_s is not None:
-            job["runtime_s"] = sj.time_limit_s
+        if sj.time_limit_min is not None:
+            job["runtime_s"] = sj.time_limit_min * 60.0
         feats = {k: v for k, v in (("user", sj.user), ("name", sj.name), ("account", sj.account)) if v}
         if feats:
             job["features"] = feats
@@ -399,7 +217,7 @@ def build_snapshot(
             for g, c in cfg.gpu_types.items()
         },
         "nodes": [
-            {"id": n.name, "gpu_type": types[n.gres_type], "gpus": n.gpus, "available": n.available}
+            {"id": n.name, "gpu_type": node_type[n.name], "gpus": n.gpus, "available": n.available}
             for n in nodes
         ],
         "tenants": tenants,
@@ -411,64 +229,27 @@ def build_snapshot(
     return out
 
 
-def _job_key(job_id: str) -> tuple[int, str]:
-    return (int(job_id), "") if job_id.isdigit() else (1 << 62, job_id)
+def _submit_s(job: SlurmJob) -> float:
+    return job.submit_time or 0.0
 
 
-# ---------------------------------------------------------------------------------- commands
-class SlurmError(RuntimeError):
-    """A Slurm command failed (its stderr is the message)."""
+def _held(job: SlurmJob) -> bool:
+    """Held: priority 0 (the gate, ``scontrol hold``) or a held reason."""
+    return job.priority == 0 or "held" in job.reason.lower()
 
 
-class SlurmCommands:
-    """The Slurm commands the adapter runs (``squeue``, ``sinfo``, ``scontrol``).
+def _per_node(job: SlurmJob) -> int | None:
+    """GPUs per node when the job asked per node (``--gres``), else ``None`` (``--gpus``)."""
+    return job.gpus_per_node or None
 
-    ``env`` is passed to every command (e.g. ``SLURM_CONF``); tests swap this class for a fake.
-    """
 
-    def __init__(self, env: dict[str, str] | None = None, timeout_s: float = 30.0) -> None:
-        self.env = env
-        self.timeout_s = timeout_s
+def _node_count(job: SlurmJob) -> int:
+    return max(job.num_nodes, 1)
 
-    def _run(self, *args: str) -> str:
-        exe = shutil.which(args[0]) or args[0]
-        try:
-            p = subprocess.run(
-                [exe, *args[1:]],
-                capture_output=True,
-                text=True,
-                timeout=self.timeout_s,
-                env=self.env,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise SlurmError(f"{' '.join(args)}: {exc}") from None
-        if p.returncode != 0:
-            raise SlurmError(f"{' '.join(args)}: {(p.stderr or p.stdout).strip()}")
-        return p.stdout
 
-    def squeue(self) -> dict[str, Any]:
-        return dict(json.loads(self._run("squeue", "--all", "--json")))
-
-    def sinfo(self) -> dict[str, Any]:
-        return dict(json.loads(self._run("sinfo", "--json")))
-
-    def start(self, job: str, nodes: list[str]) -> None:
-        self._run(
-            "scontrol",
-            "update",
-            f"JobId={job}",
-            f"NumNodes={len(nodes)}",
-            f"ReqNodeList={','.join(nodes)}",
-            "StartTime=now",
-        )
-        self._run("scontrol", "release", job)
-
-    def requeue_hold(self, job: str) -> None:
-        self._run("scontrol", "requeuehold", job)
-
-    def hold(self, job: str) -> None:
-        self._run("scontrol", "hold", job)
+def _id(job: str) -> int:
+    """A decision's job id as Slurm's (the snapshot's ids are Slurm's job ids)."""
+    return int(job)
 
 
 # ---------------------------------------------------------------------------------- the host
@@ -479,7 +260,7 @@ class SlurmHost:
         self,
         cfg: SlurmConfig,
         store: Store,
-        commands: SlurmCommands | None = None,
+        client: SlurmClient | None = None,
         *,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
@@ -487,15 +268,14 @@ class SlurmHost:
         self.cfg = cfg
         self.cluster = cfg.cluster
         self.store = store
-        self.cmd = commands or SlurmCommands()
+        self.slurm = client or SlurmClient()
         self.clock = clock
         self.sleep = sleep
         self.last_built: BuiltSnapshot | None = None
 
     # ------------------------------------------------------------------ read
     def observe(self) -> Observation:
-        squeue, sinfo = self.cmd.squeue(), self.cmd.sinfo()
-        return Observation(parse_jobs(squeue), parse_nodes(sinfo), self.clock())
+        return Observation(self.slurm.jobs(), self.slurm.nodes(), self.clock())
 
     def snapshot(self, history: History) -> Snapshot:
         from optsched import Snapshot
@@ -509,7 +289,7 @@ class SlurmHost:
             assurance_state=history.assurance_state,
             first_submit=first,
         )
-        live = {j.id for j in obs.jobs}
+        live = {str(j.job_id) for j in obs.jobs}
         new_first = {k: v for k, v in first.items() if k in live}
         for j in built.snapshot["jobs"]:
             new_first.setdefault(j["id"], j["submit_s"])
@@ -595,7 +375,7 @@ class SlurmHost:
                 report(Action(p.job, "preempt", "skipped", f"{why}; job moved to {','.join(sj.nodes)}"))
                 continue
             try:
-                self.cmd.requeue_hold(p.job)
+                self.slurm.requeue_hold(_id(p.job))
             except SlurmError as exc:
                 report(Action(p.job, "preempt", "failed", f"{why}; {exc}"))
                 continue
@@ -649,9 +429,8 @@ class SlurmHost:
                 report(Action(s.job, "start", "skipped", f"{why}; {changed}"))
                 continue
             assert sj is not None
-            if sj.per_node is not None and (
-                len(nodes) != sj.node_count or set(nodes.values()) != {sj.per_node}
-            ):
+            per_node = _per_node(sj)
+            if per_node is not None and (len(nodes) != _node_count(sj) or set(nodes.values()) != {per_node}):
                 shaped = self._reshape(sj, nodes, free, node_types)
                 if shaped is None:
                     report(
@@ -659,19 +438,19 @@ class SlurmHost:
                             s.job,
                             "start",
                             "skipped",
-                            f"{why}; job asks {sj.per_node} GPUs on each of "
-                            f"{sj.node_count} nodes and no such nodes of that type are free",
+                            f"{why}; job asks {per_node} GPUs on each of "
+                            f"{_node_count(sj)} nodes and no such nodes of that type are free",
                         )
                     )
                     continue
                 nodes = shaped
-                why += f" (reshaped to {sj.per_node} per node: {','.join(nodes)})"
+                why += f" (reshaped to {per_node} per node: {','.join(nodes)})"
             short = [f"{n} has {free.get(n, 0)} free" for n, c in nodes.items() if free.get(n, 0) < c]
             if short:
                 report(Action(s.job, "start", "skipped", f"{why}; no capacity: {', '.join(short)}"))
                 continue
             try:
-                self.cmd.start(s.job, list(nodes))
+                self.slurm.start(_id(s.job), list(nodes), confirm_s=None)
             except SlurmError as exc:
                 report(Action(s.job, "start", "failed", f"{why}; {exc}"))
                 self._hold_quietly(s.job)
@@ -722,7 +501,7 @@ class SlurmHost:
             if j in started:
                 continue
             try:
-                self.cmd.hold(j)
+                self.slurm.hold(_id(j))
                 report(
                     Action(j, "hold", "ok", "not started by this decision; held so Slurm does not start it")
                 )
@@ -739,23 +518,24 @@ class SlurmHost:
             if not quiet:
                 report(Action("*", "read", "failed", f"cannot read the cluster: {exc}; nothing more applied"))
             return None
-        free = {n.name: (n.gpus - len(n.used)) if n.available else 0 for n in obs.nodes}
-        return {j.id: j for j in obs.jobs}, free
+        free = {n.name: n.free_gpus for n in obs.nodes}
+        return {str(j.job_id): j for j in obs.jobs if j.gpus > 0}, free
 
     def _reshape(
         self, sj: SlurmJob, decided: dict[str, int], free: dict[str, int], node_types: dict[str, str]
     ) -> dict[str, int] | None:
         """Nodes for a job that asks ``per_node`` GPUs on each of ``node_count`` nodes, when the
         decision split it otherwise: the same GPU type, the decided nodes first."""
-        assert sj.per_node is not None
+        per_node = _per_node(sj)
+        assert per_node is not None
         typ = node_types[next(iter(decided))]
         order = sorted(
-            (n for n, t in node_types.items() if t == typ and free.get(n, 0) >= sj.per_node),
+            (n for n, t in node_types.items() if t == typ and free.get(n, 0) >= per_node),
             key=lambda n: (-decided.get(n, 0), -free.get(n, 0), n),
         )
-        if len(order) < sj.node_count:
+        if len(order) < _node_count(sj):
             return None
-        return {n: sj.per_node for n in order[: sj.node_count]}
+        return {n: per_node for n in order[: _node_count(sj)]}
 
     def _fits_all(self, starts: Iterable[Any], free: dict[str, int]) -> bool:
         need: dict[str, int] = {}
@@ -778,15 +558,15 @@ class SlurmHost:
 
     def _hold_quietly(self, job: str) -> None:
         try:
-            self.cmd.hold(job)
+            self.slurm.hold(_id(job))
         except SlurmError as exc:
             log.warning("could not hold %s again: %s", job, exc)
 
 
-def make_loop(cfg: SlurmConfig, store: Store, commands: SlurmCommands | None = None) -> Any:
+def make_loop(cfg: SlurmConfig, store: Store, client: SlurmClient | None = None) -> Any:
     """A :class:`HostLoop` of a :class:`SlurmHost` with the config's solver settings."""
     from optsched import SolveParams
     from optsched.hosts.loop import HostLoop
 
-    host = SlurmHost(cfg, store, commands)
+    host = SlurmHost(cfg, store, client)
     return HostLoop(host, store, SolveParams(backend=cfg.backend, time_limit_s=cfg.time_limit_s))

@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "ENDED_STATES",
+    "HOLDING_STATES",
     "GresAlloc",
     "GresSpec",
     "JobCompRecord",
@@ -272,6 +274,8 @@ class SlurmJob:
     admin_comment: str
     system_comment: str
     exit_code: int | None
+    qos: str = ""
+    """Slurm's QOS name."""
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False, hash=False)
 
     @property
@@ -292,9 +296,26 @@ class SlurmJob:
         return self.state == "PENDING"
 
     @property
+    def ended(self) -> bool:
+        """The job is over (completed, cancelled, failed, ...); the controller still shows it
+        for ``MinJobAge``."""
+        return self.state in ENDED_STATES
+
+    @property
     def gpu_indices(self) -> dict[str, tuple[int, ...]]:
         """Node -> GPU indices held there (running jobs)."""
         return {a.node: a.indices for a in self.gpu_alloc}
+
+    @property
+    def allocation(self) -> tuple[tuple[str, int], ...]:
+        """(node, GPU index) of every GPU the job holds, node by node in Slurm's order."""
+        return tuple((a.node, i) for a in self.gpu_alloc for i in a.indices)
+
+
+HOLDING_STATES = frozenset({"RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING"})
+"""Job states in which a job holds its nodes' GPUs (``gpu_alloc`` is read for these)."""
+ENDED_STATES = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
+                          "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY"})
 
 
 _FINISHED_HAS_NO_ALLOC = ("PENDING",)
@@ -314,7 +335,7 @@ def parse_job(raw: Mapping[str, Any]) -> SlurmJob:
         if isinstance(n, Mapping)
     ] or list(nodes)
     gpu_alloc: list[GresAlloc] = []
-    if state == "RUNNING" or state == "SUSPENDED":
+    if state in HOLDING_STATES:
         for node, detail in zip(alloc_nodes, raw.get("gres_detail") or [], strict=False):
             for g in parse_gres(_str(detail)):
                 if g.name == "gpu" and g.count:
@@ -344,6 +365,7 @@ def parse_job(raw: Mapping[str, Any]) -> SlurmJob:
         admin_comment=_str(raw.get("admin_comment")),
         system_comment=_str(raw.get("system_comment")),
         exit_code=_num(raw.get("exit_code")),
+        qos=_str(raw.get("qos")),
         raw=raw,
     )
 
@@ -409,9 +431,10 @@ class SlurmNode:
     def available(self) -> bool:
         """The node can take new work (not down, drained, failing, powered off, reserved ...)."""
         bad_states = ("down", "drain", "drained", "draining", "fail", "failing", "future", "unknown",
-                      "power_down", "powered_down", "maint", "reserved")
+                      "power_down", "powered_down", "maint", "reserved", "reboot", "not_responding")
         bad_flags = ("DRAIN", "DRAINED", "DRAINING", "NOT_RESPONDING", "FAIL", "MAINTENANCE",
-                     "POWERED_DOWN", "POWER_DOWN", "RESERVED")
+                     "POWERED_DOWN", "POWER_DOWN", "RESERVED", "REBOOT", "REBOOT_REQUESTED",
+                     "REBOOT_ISSUED")
         state = self.state.lower().rstrip("*~#!%$@^-")
         return state not in bad_states and not any(f.upper() in bad_flags for f in self.state_flags)
 

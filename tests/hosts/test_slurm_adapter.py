@@ -18,16 +18,8 @@ import pytest
 from optsched import ClusterState, Decision, Snapshot, check_decision, solve_epoch
 from optsched.hosts.config import SlurmConfig, parse_config
 from optsched.hosts.loop import HostLoop
-from optsched.hosts.slurm import (
-    Observation,
-    SlurmCommands,
-    SlurmHost,
-    build_snapshot,
-    expand_hostlist,
-    parse_gpu_gres,
-    parse_jobs,
-    parse_nodes,
-)
+from optsched.hosts.slurm import Observation, SlurmHost, build_snapshot
+from optsched.hosts.slurmcli import SlurmClient, parse_jobs, parse_nodes
 from optsched.hosts.store import Store
 
 DATA = Path(__file__).parent / "data"
@@ -66,16 +58,6 @@ def _cfg(store: str = ":memory:") -> SlurmConfig:
 
 
 # ---------------------------------------------------------------------------------- unit
-def test_gres_and_hostlist_parsing() -> None:
-    assert expand_hostlist("n[1-3],m5") == ["n1", "n2", "n3", "m5"]
-    assert expand_hostlist("gpu[08-10]") == ["gpu08", "gpu09", "gpu10"]
-    assert parse_gpu_gres("gres:gpu:a100:4") == ("a100", 4, None)
-    assert parse_gpu_gres("gpu:v100:3(IDX:0-1,5)") == ("v100", 3, [0, 1, 5])
-    assert parse_gpu_gres("gres:gpu:3") == (None, 3, None)
-    assert parse_gpu_gres("gpu:a100:0(IDX:N/A)") == ("a100", 0, [])
-    assert parse_gpu_gres("cpu=1,mem=4G") is None
-
-
 def test_snapshot_from_recorded_squeue_and_sinfo() -> None:
     squeue = json.loads((DATA / "adapter_squeue.json").read_text())
     sinfo = json.loads((DATA / "adapter_sinfo.json").read_text())
@@ -139,7 +121,7 @@ def adapter(slurm_cluster: Any, slurm: Any, tmp_path: Path) -> Any:
 
         def open(self, decide: Any = None) -> None:
             self.store = Store(self.db)
-            self.host = SlurmHost(self.cfg, self.store, SlurmCommands(env=env))
+            self.host = SlurmHost(self.cfg, self.store, SlurmClient(env=env))
             from optsched import SolveParams
 
             self.loop = HostLoop(
@@ -160,7 +142,7 @@ def adapter(slurm_cluster: Any, slurm: Any, tmp_path: Path) -> Any:
             return out.stdout.strip().split(";")[0]
 
         def jobs(self) -> dict[str, Any]:
-            return {j.id: j for j in parse_jobs(SlurmCommands(env=env).squeue())}
+            return {str(j.job_id): j for j in self.client.jobs()}
 
         def actions(self, job: str) -> list[tuple[str, str, str]]:
             return [(a.action, a.outcome, a.reason) for a in self.store.actions("test", job=job)]
@@ -224,8 +206,8 @@ def test_a_gang_on_two_nodes_lands_exactly_where_optsched_decides(adapter: Any) 
     assert jobs[gang].state == "RUNNING"
     assert sorted(set(jobs[gang].nodes)) == sorted({n for n, _ in decided}) == ["n3", "n4"]
     assert sorted(jobs[gang].allocation) == decided  # whole nodes: the very GPUs decided
-    nodes = {n.name: n for n in parse_nodes(SlurmCommands(env=adapter.env).sinfo())}
-    assert len(nodes["n1"].used) + len(nodes["n2"].used) == 1  # only the small job elsewhere
+    nodes = {n.name: n for n in adapter.client.nodes()}
+    assert nodes["n1"].gpus_used + nodes["n2"].gpus_used == 1  # only the small job elsewhere
     assert adapter.actions(gang)[-1][:2] == ("start", "ok")
 
 
@@ -326,43 +308,46 @@ def test_a_decision_that_fails_the_check_is_never_applied(adapter: Any) -> None:
 def test_a_start_slurm_cannot_shape_is_deferred_and_the_epoch_decided_again() -> None:
     """A one-node 8-GPU job (-N1 --gres=gpu:8) that the engine would split 7+1 is deferred;
     the GPUs go to jobs that can start."""
-    from optsched.hosts.slurm import SlurmJob, SlurmNode
+    from optsched.hosts.slurmcli import GresAlloc, GresSpec, SlurmJob, SlurmNode
 
-    def job(
-        i: str, gpus: int, per_node: int | None, state: str = "PENDING", alloc: tuple[Any, ...] = ()
-    ) -> SlurmJob:
+    def job(i: str, gpus: int, state: str = "PENDING", alloc: tuple[GresAlloc, ...] = ()) -> SlurmJob:
         return SlurmJob(
-            i,
-            "beta",
-            "a",
-            state,
-            "JobHeldUser" if state == "PENDING" else "None",
-            0 if state == "PENDING" else 1,
-            state == "PENDING",
-            "a100",
-            gpus,
-            per_node,
-            1,
-            tuple(sorted({n for n, _ in alloc})),
-            alloc,
-            100.0,
-            100.0 if alloc else None,
-            None,
-            "",
-            "",
-            f"j{i}",
-            "u",
+            job_id=int(i),
+            name=f"j{i}",
+            account="beta",
+            partition="a",
+            user="u",
+            state=state,
+            reason="JobHeldUser" if state == "PENDING" else "None",
+            priority=0 if state == "PENDING" else 1,
+            num_nodes=1,
+            nodes=tuple(a.node for a in alloc),
+            required_nodes=(),
+            gpus_per_node=gpus,
+            gpus_per_job=0,
+            gpu_type="a100",
+            gpu_alloc=alloc,
+            submit_time=100.0,
+            start_time=100.0 if alloc else None,
+            end_time=None,
+            time_limit_min=None,
+            restart_count=0,
+            comment="",
+            admin_comment="",
+            system_comment="",
+            exit_code=None,
         )
 
-    nodes = [
-        SlurmNode("n1", "a100", 8, frozenset(range(4)), "mixed", True),
-        SlurmNode("n2", "a100", 8, frozenset(range(4, 8)), "mixed", True),
-    ]
+    def node(name: str, used: tuple[int, ...]) -> SlurmNode:
+        gres = (GresSpec("gpu", "a100", 8),)
+        return SlurmNode(name, "mixed", (), ("a",), 64, 8, gres, (GresSpec("gpu", "a100", 4, used),), "")
+
+    nodes = [node("n1", (0, 1, 2, 3)), node("n2", (4, 5, 6, 7))]
     running = [
-        job("1", 4, 4, "RUNNING", tuple(("n1", i) for i in range(4))),
-        job("2", 4, 4, "RUNNING", tuple(("n2", i) for i in range(4, 8))),
+        job("1", 4, "RUNNING", (GresAlloc("n1", "a100", 4, (0, 1, 2, 3)),)),
+        job("2", 4, "RUNNING", (GresAlloc("n2", "a100", 4, (4, 5, 6, 7)),)),
     ]
-    obs = Observation([*running, job("3", 8, 8), job("4", 1, 1), job("5", 1, 1)], nodes, now=200.0)
+    obs = Observation([*running, job("3", 8), job("4", 1), job("5", 1)], nodes, now=200.0)
 
     class Fake(SlurmHost):
         def observe(self) -> Observation:
@@ -409,20 +394,3 @@ def test_after_the_last_redecision_leftover_starts_are_skipped_not_crashed_on() 
     r = HostLoop(Stubborn(_cfg(), store), store).step()
     assert not r.refused and len(calls) <= MAX_REDECIDE + 1
     assert sum(a.outcome == "deferred" for a in r.actions) <= MAX_REDECIDE
-
-
-def test_the_adapter_reads_jobs_as_the_shared_client_does() -> None:
-    """On the client's recorded 22.05 sample (multi-node gangs included), the adapter's parser
-    and ``optsched.hosts.slurmcli`` agree on every job's state, gang size, type, nodes and GPUs."""
-    from optsched.hosts import slurmcli
-
-    doc = json.loads((DATA / "squeue-22.05.json").read_text())
-    theirs = {str(j.job_id): j for j in slurmcli.parse_jobs(doc)}
-    ours = {j.id: j for j in parse_jobs(doc)}
-    assert ours.keys() == theirs.keys()
-    for jid, o in ours.items():
-        t = theirs[jid]
-        assert (o.state, o.gpus, o.gres_type, o.node_count) == (t.state, t.gpus, t.gpu_type, t.num_nodes), jid
-        if o.state == "RUNNING":
-            assert o.nodes == t.nodes
-            assert sorted(o.allocation) == sorted((n, i) for n, idx in t.gpu_indices.items() for i in idx)
