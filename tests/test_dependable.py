@@ -23,6 +23,7 @@ from optsched.instances import generate
 from optsched.predict.fallback import EstimatePredictor
 from optsched.schema.decision import Decision, GpuRef, Unit, WorkflowPlan
 from optsched.testing import cluster, pending, running
+from tests import builders
 from tests.conftest import INSTANCES, ROOT
 
 BACKENDS = available_backends()
@@ -102,20 +103,10 @@ def test_same_decision_from_two_fresh_processes_and_in_process(tmp_path: Path) -
 
 
 def over_quota_snapshot() -> dict[str, Any]:
-    """a's A100 quota was lowered to 2 while it runs 4 guaranteed GPUs; b uses all of its quota
-    (nobody can lend); a still has idle V100 quota."""
-    snap = cluster(
-        types={"A100": (80.0, False), "V100": (32.0, False)},
-        nodes={"n0": ("A100", 12), "v0": ("V100", 4)},
-        tenants={"a": {"A100": 2, "V100": 2}, "b": {"A100": 6}},
-    )
-    snap["jobs"] = [
-        running("a-run", "a", [("n0", g) for g in range(4)], start_s=1_000.0),
-        running("b-run", "b", [("n0", g) for g in range(4, 10)], start_s=1_000.0),
-        pending("a-a100", "a", 1, submit_s=9_000.0, gpu_types=["A100"]),
-        pending("a-any", "a", 1, submit_s=9_000.0),
-        pending("b-more", "b", 1, submit_s=9_500.0, qos="best_effort"),
-    ]
+    """The shared over-quota case (:func:`tests.builders.over_quota_snapshot`) and a pending
+    best-effort job of b."""
+    snap = builders.over_quota_snapshot()
+    snap["jobs"].append(pending("b-more", "b", 1, submit_s=9_500.0, qos="best_effort"))
     return snap
 
 

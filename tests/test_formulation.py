@@ -9,8 +9,6 @@ Each scenario is built so that dropping the family under test would change the o
 
 from __future__ import annotations
 
-import itertools
-from dataclasses import fields
 from typing import Any
 
 import pytest
@@ -23,102 +21,24 @@ from optsched.engine.check import check_decision, over_quota_note
 from optsched.engine.decide import to_decision
 from optsched.engine.formulation import CONSTRAINT_FAMILIES, build_model
 from optsched.engine.objective import value
-from optsched.engine.problem import Assignment, EpochProblem, GuestCandidate, PendingClass, RunningItem
+from optsched.engine.problem import Assignment, EpochProblem, GuestCandidate
 from optsched.engine.state import ClusterState, load_state
 from optsched.predict.fallback import EstimatePredictor
 from optsched.schema.decision import Decision, SolverInfo
 from optsched.testing import cluster, pending, running
+from tests.builders import epoch_problem, over_quota_snapshot, pending_class, running_item
 
 EXACT = ["highs", "cpsat"]
 PRED = EstimatePredictor()
 BORROW = 0.01  # ObjectiveWeights.borrow_penalty: per GPU borrowed
-_ids = itertools.count()
 
 
 # --- hand-built problems (one GPU type unless said otherwise) --------------------------------
 
 
-def cls(
-    tenant: int,
-    gpus: int,
-    values: tuple[float, ...],
-    *,
-    own: bool = True,
-    cap: int | None = None,
-    loan_penalty: float = 0.5,
-    **kw: Any,
-) -> PendingClass:
-    base: dict[str, Any] = {
-        "tenant": tenant,
-        "gpus": gpus,
-        "types": (0,),
-        "own_types": (0,) if own else (),
-        "jobs": tuple(f"p{next(_ids)}" for _ in values),  # unique ids, as in a snapshot
-        "values": values,
-        "cap": len(values) if cap is None else cap,
-        "type_bonus": (0.0,),
-        "loan_penalty": loan_penalty,
-        "guaranteed": True,
-        "reclaim": False,
-        "shareable": False,
-        "memory_gib": 4.0,
-    }
-    base.update(kw)
-    return PendingClass(**base)
-
-
-def run(job: str, tenant: int, gpus: int, **kw: Any) -> RunningItem:
-    base: dict[str, Any] = {
-        "job": job,
-        "tenant": tenant,
-        "type": 0,
-        "gpus": gpus,
-        "on_loan": False,
-        "guest": False,
-        "candidate": False,
-        "cost": 0.0,
-        "lost_s": 0.0,
-        "free_slots": 0,
-    }
-    base.update(kw)
-    return RunningItem(**base)
-
-
-def problem(
-    capacity: int,
-    quota: tuple[int, ...],
-    classes: tuple[PendingClass, ...] = (),
-    running_: tuple[RunningItem, ...] = (),
-    guests: tuple[GuestCandidate, ...] = (),
-    *,
-    lend_limit: tuple[int | None, ...] | None = None,
-    borrow_limit: tuple[int | None, ...] | None = None,
-    kept_over: tuple[int, ...] | None = None,
-    deficit: int = 0,
-) -> EpochProblem:
-    nk = len(quota)
-    given: dict[str, Any] = {
-        "types": ("A100",),
-        "tenants": tuple(f"t{i}" for i in range(nk)),
-        "capacity": (capacity,),
-        "quota": tuple((q,) for q in quota),
-        "borrow_limit": tuple((b,) for b in (borrow_limit or (None,) * nk)),
-        "lend_limit": tuple((x,) for x in (lend_limit or (None,) * nk)),
-        "pending": classes,
-        "running": running_,
-        "guests": guests,
-        "forced": (),
-        "evicted": (),
-        "density": {},
-        "unplaceable": (),
-        "kept_over": tuple((k,) for k in (kept_over or (0,) * nk)),
-        "deficit": (deficit,),
-        "reclaim_bonus": 0.0,
-        "weights": (1.0,) * nk,
-    }
-    names = {f.name for f in fields(EpochProblem)}
-    assert set(given) <= names
-    return EpochProblem(**given)
+cls = pending_class
+run = running_item
+problem = epoch_problem
 
 
 def solve(p: EpochProblem, backend: str) -> Assignment:
@@ -399,17 +319,7 @@ def test_over_quota_use_is_kept_and_nothing_starts_on_top_of_it(exact: str) -> N
     # a's A100 quota was lowered to 2 while it runs 4 guaranteed GPUs; b uses all of its quota,
     # so nobody can lend. a keeps its 4 GPUs, starts nothing more on A100 (2 are free), but
     # may still start on V100, where it has idle quota.
-    snap = cluster(
-        types={"A100": (80.0, False), "V100": (32.0, False)},
-        nodes={"n0": ("A100", 12), "v0": ("V100", 4)},
-        tenants={"a": {"A100": 2, "V100": 2}, "b": {"A100": 6}},
-    )
-    snap["jobs"] = [
-        running("a-run", "a", [("n0", g) for g in range(4)], start_s=1_000.0),
-        running("b-run", "b", [("n0", g) for g in range(4, 10)], start_s=1_000.0),
-        pending("a-a100", "a", 1, submit_s=9_000.0, gpu_types=["A100"]),
-        pending("a-any", "a", 1, submit_s=9_000.0),
-    ]
+    snap = over_quota_snapshot()
     _, p, d = decide(snap, exact)
     assert p.kept_over == ((2, 0), (0, 0))
     assert d.preempt == []

@@ -5,7 +5,6 @@ of the neutral model on a hand-built problem, determinism, and the labelled fall
 from __future__ import annotations
 
 import json
-from dataclasses import fields
 from typing import Any
 
 import pytest
@@ -17,6 +16,7 @@ from optsched.engine.problem import EpochProblem, GuestCandidate, PendingClass, 
 from optsched.engine.state import load_state
 from optsched.instances import generate
 from optsched.predict.fallback import EstimatePredictor
+from tests.builders import epoch_problem, pending_class, running_item
 from tests.conftest import INSTANCES
 
 TINY = sorted((INSTANCES / "tiny").glob("*.json"))
@@ -60,44 +60,8 @@ def test_same_optimum_as_cpsat_on_tiny_instances(name: str) -> None:
 # --- one test per constraint family, on hand-built problems, through pulp ------------------
 
 
-def pending(
-    tenant: int, gpus: int, values: tuple[float, ...], *, own: bool = True, cap: int | None = None, **kw: Any
-) -> PendingClass:
-    n = len(values)
-    base: dict[str, Any] = {
-        "tenant": tenant,
-        "gpus": gpus,
-        "types": (0,),
-        "own_types": (0,) if own else (),
-        "jobs": tuple(f"j{tenant}_{gpus}_{k}_{values[k]:g}" for k in range(n)),
-        "values": values,
-        "cap": n if cap is None else cap,
-        "type_bonus": (0.0,),
-        "loan_penalty": 0.01,
-        "guaranteed": False,
-        "reclaim": False,
-        "shareable": False,
-        "memory_gib": 4.0,
-    }
-    base.update(kw)
-    return PendingClass(**base)
-
-
-def running(job: str, tenant: int, gpus: int, **kw: Any) -> RunningItem:
-    base: dict[str, Any] = {
-        "job": job,
-        "tenant": tenant,
-        "type": 0,
-        "gpus": gpus,
-        "on_loan": False,
-        "guest": False,
-        "candidate": False,
-        "cost": 0.0,
-        "lost_s": 0.0,
-        "free_slots": 0,
-    }
-    base.update(kw)
-    return RunningItem(**base)
+def pending(tenant: int, gpus: int, values: tuple[float, ...], **kw: Any) -> PendingClass:
+    return pending_class(tenant, gpus, values, **{"loan_penalty": 0.01, "guaranteed": False, **kw})
 
 
 def problem(
@@ -108,29 +72,10 @@ def problem(
     guests: tuple[GuestCandidate, ...] = (),
     lend_limit: tuple[int | None, ...] | None = None,
 ) -> EpochProblem:
-    """One GPU type, ``len(quota)`` tenants."""
-    nk = len(quota)
-    given: dict[str, Any] = {
-        "types": ("A100",),
-        "tenants": tuple(f"t{i}" for i in range(nk)),
-        "capacity": (capacity,),
-        "quota": tuple((q,) for q in quota),
-        "borrow_limit": tuple((None,) for _ in range(nk)),
-        "lend_limit": tuple((ll,) for ll in (lend_limit or (None,) * nk)),
-        "pending": classes,
-        "running": run,
-        "guests": guests,
-        "forced": (),
-        "evicted": (),
-        "density": {},
-        "unplaceable": (),
-        "kept_over": tuple((0,) for _ in range(nk)),
-        "deficit": (0,),
-        "reclaim_bonus": 0.0,
-        "weights": (1.0,) * nk,
-    }
-    names = {f.name for f in fields(EpochProblem)}
-    return EpochProblem(**{k: v for k, v in given.items() if k in names})
+    return epoch_problem(capacity, quota, classes, run, guests, lend_limit=lend_limit)
+
+
+running = running_item
 
 
 def pulp_solve(p: EpochProblem) -> SolveResult:
