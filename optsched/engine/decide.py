@@ -233,6 +233,14 @@ def to_decision(
             why = kinds[kind] = _reason(state, job.id, cap, free_before, free_after, use)
         reasons[job.id] = why
     explanations = explain(state, p, starts, preempt, use, loans, queue, kind_of, kinds, signal)
+    # the queue reason is the code of what really binds after this decision (its preemptions
+    # and starts included), so the code and its explanation never disagree
+    for jid in queue:
+        e = explanations[jid]
+        code = BINDING_REASON.get(e.binding)
+        if code is not None and code != reasons[jid]:
+            reasons[jid] = code
+            explanations[jid] = e.model_copy(update={"code": code.value})
     preds = {
         jid: JobPrediction(
             runtime_s=round(e.runtime_s, 3),
@@ -294,6 +302,20 @@ def derive_loans(
             if excess - covered > 0:
                 uncovered[(ten, t)] = excess - covered
     return loans, uncovered
+
+
+BINDING_REASON: dict[str, QueueReason] = {
+    "type_unavailable": QueueReason.TYPE_UNAVAILABLE,
+    "gang_size": QueueReason.GANG_TOO_LARGE,
+    "priority": QueueReason.LOWER_PRIORITY,
+    "not_chosen": QueueReason.LOWER_PRIORITY,
+    "capacity": QueueReason.NO_CAPACITY,
+    "over_quota_kept": QueueReason.QUOTA_AND_NO_LENDER,
+    "borrow_limit": QueueReason.BORROW_LIMIT,
+    "lend_limit": QueueReason.QUOTA_AND_NO_LENDER,
+    "no_lender": QueueReason.QUOTA_AND_NO_LENDER,
+}
+"""The queue reason of each binding constraint of a queued job's best GPU type."""
 
 
 def _reason(
