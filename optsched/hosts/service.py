@@ -338,13 +338,14 @@ class _BodyTooLarge(Exception):
 
 
 def _loc(loc: tuple[Any, ...] | list[Any]) -> str:
-    parts = list(loc)
+    """A request-validation location as a field path, without FastAPI's ``body``/``path``
+    prefix (the engine's own :func:`~optsched.engine.state.error_path` does the rest)."""
+    from optsched.engine.state import error_path
+
+    parts = tuple(loc)
     if parts and parts[0] in ("body", "path", "query", "header"):
         parts = parts[1:]
-    out = ""
-    for p in parts:
-        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
-    return out
+    return error_path(parts)
 
 
 def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
