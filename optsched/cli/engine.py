@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from optsched.cli.common import emit, fail, read_text
+
+if TYPE_CHECKING:
+    from optsched.engine.state import ClusterState
+    from optsched.schema.decision import Decision
 
 
 def solve(
@@ -83,14 +87,10 @@ def solve(
     emit(decision.model_dump_json(indent=1, exclude_none=True), out)
 
 
-def check(
-    snapshot: Annotated[str, typer.Argument(help="Snapshot JSON file.")],
-    decision: Annotated[str, typer.Argument(help="Decision JSON file.")],
-) -> None:
-    """Check a decision against the spec's invariants (exit 1 and one line per violation)."""
+def _snapshot_and_decision(snapshot: str, decision: str) -> tuple[ClusterState, Decision]:
+    """Read and validate a snapshot and a decision (bad input exits 2 naming the field)."""
     from pydantic import ValidationError
 
-    from optsched.engine.check import check_decision
     from optsched.engine.state import error_path, load_state
     from optsched.schema.decision import Decision
 
@@ -100,6 +100,17 @@ def check(
     except ValidationError as exc:
         err = exc.errors(include_url=False)[0]
         fail(f"decision.{error_path(tuple(err['loc']))}".rstrip("."), err["msg"])
+    return state, dec
+
+
+def check(
+    snapshot: Annotated[str, typer.Argument(help="Snapshot JSON file.")],
+    decision: Annotated[str, typer.Argument(help="Decision JSON file.")],
+) -> None:
+    """Check a decision against the spec's invariants (exit 1 and one line per violation)."""
+    from optsched.engine.check import check_decision
+
+    state, dec = _snapshot_and_decision(snapshot, decision)
     violations = check_decision(state, dec)
     for v in violations:
         typer.echo(str(v))
@@ -114,18 +125,9 @@ def explain(
     job: Annotated[str, typer.Argument(help="Id of a job of the snapshot.")],
 ) -> None:
     """Say in plain words what the decision does with one job and why (exit 2 if it cannot)."""
-    from pydantic import ValidationError
-
     from optsched.engine.decide import describe_job
-    from optsched.engine.state import error_path, load_state
-    from optsched.schema.decision import Decision
 
-    state = load_state(read_text(snapshot))
-    try:
-        dec = Decision.model_validate_json(read_text(decision))
-    except ValidationError as exc:
-        err = exc.errors(include_url=False)[0]
-        fail(f"decision.{error_path(tuple(err['loc']))}".rstrip("."), err["msg"])
+    state, dec = _snapshot_and_decision(snapshot, decision)
     if job not in state.job_index:
         fail("job", f"unknown job '{job}': the snapshot has no such job")
     try:
