@@ -4,7 +4,7 @@
 the assurance signal into an :class:`~optsched.engine.problem.EpochProblem`:
 
 * **pending classes**: every pending job is a member of one class of interchangeable jobs
-  (tenant, gang size, allowed types, QoS); members are sorted by value and the class may start
+  (tenant, gang size, allowed types, QoS, priority class); members are sorted by value and the class may start
   at most ``cap`` of them, the number its gang size fits into the GPUs that could ever be free
   (capacity of its allowed types minus GPUs held by jobs that must keep running). Since members
   differ only in value, some optimal solution starts a prefix of each class, so the classes
@@ -14,6 +14,10 @@ the assurance signal into an :class:`~optsched.engine.problem.EpochProblem`:
   whose predicted memories fit and whose predicted host slowdown is within the host tenant's
   assurance-driven limit. A job with guest candidates forms a class of its own, since its
   pairs are its own.
+* **operator controls**: a job's priority class weight scales its value (and a running job's
+  preemption cost); a running job younger than its minimum runtime is no priority victim; a
+  tenant's hysteresis scales the static cost its jobs' priority preemptions must be paid with,
+  and its ``max_gpus_per_epoch`` becomes ``EpochProblem.preempt_cap``.
 * **over-quota use** (amended invariant 4): GPUs running above quota without a loan that no
   lender can cover keep running; the tenant's classes may not add to them on that type.
 """
@@ -27,6 +31,7 @@ from optsched.engine.objective import DEFAULT_WEIGHTS, ObjectiveWeights, job_val
 from optsched.engine.problem import EpochProblem, GuestCandidate, PendingClass, RunningItem
 from optsched.engine.state import ClusterState
 from optsched.predict.base import Predictions, Predictor
+from optsched.schema.snapshot import Job, Snapshot, Tenant
 
 MAX_GUEST_JOBS = 256
 """Pending shareable jobs (highest value first) whose MPS pairs are scored; if more exist, the
@@ -35,7 +40,33 @@ MAX_HOSTS_PER_GUEST = 6
 MAX_HOSTS_SCANNED = 48
 """Per guest job, at most this many hosts (most memory room first) get a pair prediction."""
 
-ClassKey = tuple[int, int, tuple[int, ...], bool, str]
+ClassKey = tuple[int, int, tuple[int, ...], bool, str, str]
+"""(tenant, gang, allowed types, guaranteed, singleton job or "", priority class or "")."""
+
+
+def class_weight(snap: Snapshot, tenant: Tenant, job: Job) -> float:
+    """Weight of the job's priority class: its tenant's table, else the snapshot's, else 1."""
+    name = job.priority_class
+    if name is None:
+        return 1.0
+    for table in (tenant.priority_classes, snap.priority_classes):
+        if table is not None and name in table:
+            return table[name]
+    return 1.0
+
+
+def min_runtime_s(tenant: Tenant, job: Job) -> float:
+    """Seconds a running job must have run before a priority preemption may stop it."""
+    if job.min_runtime_s is not None:
+        return job.min_runtime_s
+    return tenant.preemption.min_runtime_s if tenant.preemption is not None else 0.0
+
+
+def protected(snap: Snapshot, tenant: Tenant, job: Job) -> bool:
+    """Whether a running job is too young to be preempted for priority (not on loan)."""
+    if job.on_loan or job.start_s is None:
+        return False
+    return snap.now - job.start_s < min_runtime_s(tenant, job)
 
 
 def build_problem(
@@ -88,13 +119,22 @@ def build_problem(
         t = node_type[job.allocation[0].node]
         guest = host_id is not None
         guaranteed = job.qos == "guaranteed"
-        candidate = job.on_loan or guest or (job.is_preemptible and not guaranteed)
+        tenant = snap.tenants[k]
+        # a job younger than its minimum runtime is no priority victim (reclaim still may)
+        young = not guest and protected(snap, tenant, job)
+        candidate = job.on_loan or guest or (job.is_preemptible and not guaranteed and not young)
         est = predictions.jobs[job.id]
         elapsed = snap.now - (job.start_s if job.start_s is not None else snap.now)
         remaining = max(0.0, est.runtime_s - elapsed)
         lost = job.restart_cost_s
         cost = preemption_cost(w, tweights[k], job.gpus, guaranteed, lost, remaining)
-        static_cost = preemption_cost(w, snap.tenants[k].weight, job.gpus, guaranteed, lost, remaining)
+        static_cost = preemption_cost(w, tenant.weight, job.gpus, guaranteed, lost, remaining)
+        if job.priority_class is not None:
+            cw = class_weight(snap, tenant, job)
+            cost *= cw
+            static_cost *= cw
+        if tenant.preemption is not None and not job.on_loan and not guest:
+            static_cost *= 1.0 + tenant.preemption.hysteresis  # paid with (1 + h) times its cost
         max_cost = max(max_cost, cost)
         slots = 0
         if not guest and job.is_shareable and snap.gpu_types[types[t]].mps:
@@ -155,11 +195,17 @@ def build_problem(
         guaranteed = job.qos == "guaranteed"
         v = job_value(w, tweights[k], job.gpus, guaranteed, snap.now - job.submit_s, d, est.runtime_s)
         static[job.id] = job_value(w, snap.tenants[k].weight, job.gpus, guaranteed, 0.0, d, est.runtime_s)
+        pclass = ""
+        if job.priority_class is not None:
+            pclass = job.priority_class
+            cw = class_weight(snap, snap.tenants[k], job)
+            v *= cw
+            static[job.id] *= cw
         density[job.id] = v / job.gpus
         if not allowed:
             unplaceable.append(job.id)
             continue
-        key: ClassKey = (k, job.gpus, allowed, guaranteed, "")
+        key: ClassKey = (k, job.gpus, allowed, guaranteed, "", pclass)
         memory[job.id] = est.memory_gib
         if job.is_shareable and any_mps:
             shareable_jobs.append((-v, job.id, key))
@@ -209,18 +255,18 @@ def build_problem(
             pair_rows[jid] = found[:MAX_HOSTS_PER_GUEST]
             # a job with pairs of its own is a class of its own
             members[key] = [m for m in members[key] if m[2] != jid]
-            members[(key[0], key[1], key[2], key[3], jid)] = [(negv, gjob.submit_s, jid)]
+            members[(key[0], key[1], key[2], key[3], jid, key[5])] = [(negv, gjob.submit_s, jid)]
 
     # classes ----------------------------------------------------------------------------
     reclaim_bonus = 2.0 * max_cost + 1.0
     classes: list[PendingClass] = []
     guests: list[GuestCandidate] = []
     spread = max_speed - min_speed
-    for key in sorted(members, key=lambda x: (x[0], x[1], x[2], x[3], x[4])):
+    for key in sorted(members, key=lambda x: (x[0], x[1], x[2], x[3], x[5], x[4])):
         mem = sorted(members[key])
         if not mem:
             continue
-        k, gpus, allowed, guaranteed, single = key
+        k, gpus, allowed, guaranteed, single, _ = key
         own_types = tuple(t for t in allowed if held_own[k][t] + gpus <= quota[k][t])
         reclaim = guaranteed and signal[ten_ids[k]].reclaim and bool(own_types)
         bonus = reclaim_bonus if reclaim else 0.0
@@ -277,6 +323,9 @@ def build_problem(
         complete=complete,
         bound_slack=sum(-negv for negv, _, _ in shareable_jobs[MAX_GUEST_JOBS:]) if not complete else 0.0,
         notes=tuple(notes),
+        preempt_cap=tuple(
+            t.preemption.max_gpus_per_epoch if t.preemption is not None else None for t in snap.tenants
+        ),
     )
 
 

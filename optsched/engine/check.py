@@ -12,7 +12,8 @@
                         nodes, no GPU given twice, running jobs keep theirs
  3  preemption          only preemptible / on-loan / guest / unavailable-  ``check_preemption``
                         node jobs are preempted; guaranteed in-quota jobs
-                        never for another tenant
+                        never for another tenant; operator controls
+                        (``min-runtime``, ``preemption-cap``)
  4  capacity-and-loans  per type: use within capacity, use above quota     ``check_capacity_and_loans``
                         covered by loans within borrow and lend limits,
                         lenders lend idle quota; old over-quota use may
@@ -332,6 +333,52 @@ def check_preemption(state: ClusterState, decision: Decision, after: _After) -> 
                         (p.job,),
                     )
                 )
+    out += _check_operator_controls(state, decision)
+    return out
+
+
+def _check_operator_controls(state: ClusterState, decision: Decision) -> list[Violation]:
+    """Invariant 3, operator controls: ``min-runtime`` (a job that has run less than its minimum
+    runtime is not preempted) and ``preemption-cap`` (a tenant's preempted GPUs per decision
+    stay within ``max_gpus_per_epoch``). Both count priority victims only: reclaim of on-loan
+    jobs, jobs on unavailable nodes and MPS guests are exempt."""
+    snap = state.snapshot
+    out: list[Violation] = []
+    lost: dict[str, int] = defaultdict(int)
+    seen: set[str] = set()
+    for p in decision.preempt:
+        if p.job not in state.job_index or p.job in seen:
+            continue
+        seen.add(p.job)
+        job = state.job(p.job)
+        if job.state != "running" or job.allocation is None or job.on_loan or p.job in state.host_of:
+            continue
+        if any(not state.node_available(r.node) for r in job.allocation):
+            continue
+        tenant = snap.tenants[state.tenant_index[job.tenant]]
+        pre = tenant.preemption
+        minimum = job.min_runtime_s if job.min_runtime_s is not None else pre.min_runtime_s if pre else 0.0
+        ran = snap.now - job.start_s if job.start_s is not None else None
+        if ran is not None and ran < minimum:
+            out.append(
+                Violation(
+                    3,
+                    f"min-runtime: '{p.job}' preempted after {ran:g} s, its minimum runtime is {minimum:g} s",
+                    (p.job,),
+                )
+            )
+        lost[job.tenant] += job.gpus
+    for ten in snap.tenants:
+        cap = ten.preemption.max_gpus_per_epoch if ten.preemption is not None else None
+        if cap is not None and lost[ten.id] > cap:
+            out.append(
+                Violation(
+                    3,
+                    f"preemption-cap: tenant '{ten.id}' has {lost[ten.id]} GPUs preempted, "
+                    f"max_gpus_per_epoch {cap}",
+                    (ten.id,),
+                )
+            )
     return out
 
 

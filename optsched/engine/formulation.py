@@ -30,7 +30,11 @@ Constraint families, one function each, named after the invariant they enforce
   best-effort, on-loan and guest jobs); stopping a host stops its guest; and GPUs freed on a
   type are used by starts on that type in the same decision,
   :math:`\sum_r g_r z_{r} \le \sum_c g_c (o_{ct} + \ell_{ct}) + \delta_t` (:math:`\delta_t`:
-  on-loan use lenders can no longer cover, which must be reclaimed in any case).
+  on-loan use lenders can no longer cover, which must be reclaimed in any case). Operator
+  controls: a job younger than its minimum runtime gets no :math:`z` (it is no candidate);
+  ``preemption_cap`` bounds the GPUs of a tenant's priority victims (candidates neither on loan
+  nor guests) per decision, :math:`\sum_{r \in i} g_r z_r \le \text{cap}_i`; and
+  ``preemption_pays`` charges a priority victim :math:`(1 + h_i)` times its static cost.
 """
 
 from __future__ import annotations
@@ -261,6 +265,17 @@ def add_preemption_rules(m: LinearModel, p: EpochProblem) -> None:
     for t, tname in enumerate(p.types):
         if any(c > 0 for c in pays[t].values()):
             m.add(pays[t], -INF, 0, f"preemption_pays[{tname}]")
+    # operator cap: GPUs of a tenant's jobs preempted for priority in one decision
+    capped: dict[int, dict[int, int]] = {}
+    for r, v in m.preempt.items():
+        run = p.running[r]
+        if run.priority_victim and p.cap_of(run.tenant) is not None:
+            capped.setdefault(run.tenant, {})[v] = run.gpus
+    for i, coefs in capped.items():
+        cap = p.cap_of(i)
+        assert cap is not None
+        if sum(coefs.values()) > cap:
+            m.add(coefs, -INF, cap, f"preemption_cap[{p.tenants[i]}]")
 
 
 CONSTRAINT_FAMILIES = (

@@ -1,9 +1,9 @@
 """EpochProblem: everything a backend may read for one epoch, solver-neutral and index-based.
 
 Built by :func:`optsched.engine.candidates.build_problem`. Pending jobs enter as **classes**:
-interchangeable jobs (same tenant, gang size, allowed GPU types and QoS) with an integer count,
-their members sorted by value, so the model grows with classes and with how many jobs could
-start at all, not with the length of the queue. Every pending job of the snapshot is a member
+interchangeable jobs (same tenant, gang size, allowed GPU types, QoS and priority class) with an
+integer count, their members sorted by value, so the model grows with classes and with how many
+jobs could start at all, not with the length of the queue. Every pending job of the snapshot is a member
 of exactly one class: none is pruned.
 
 There is deliberately no variable per (job, GPU) or per (job, node): the model decides counts
@@ -19,7 +19,7 @@ from optsched.engine.objective import DEFAULT_WEIGHTS, ObjectiveWeights
 
 @dataclass(frozen=True)
 class PendingClass:
-    """Interchangeable pending jobs: same tenant, gang size, allowed types and QoS."""
+    """Interchangeable pending jobs: same tenant, gang size, allowed types, QoS and priority class."""
 
     tenant: int
     gpus: int
@@ -77,7 +77,13 @@ class RunningItem:
     host: str | None = None
     """For a running MPS guest: its host job (stopping the host stops the guest too)."""
     static_cost: float = 0.0
-    """Preemption cost without assurance scaling: what a preemption must be paid with."""
+    """Preemption cost without assurance scaling (times the job's priority class weight, and
+    for a priority victim times 1 + its tenant's hysteresis): what a preemption must be paid with."""
+
+    @property
+    def priority_victim(self) -> bool:
+        """A candidate whose preemption would be for priority (not on loan, not a guest)."""
+        return self.candidate and not self.on_loan and not self.guest
 
 
 @dataclass(frozen=True)
@@ -126,6 +132,14 @@ class EpochProblem:
     """Added to the model's bound to bound the whole problem when it is not complete: the
     value of every shareable job whose MPS pairs were not scored."""
     notes: tuple[str, ...] = field(default=())
+    preempt_cap: tuple[int | None, ...] = field(default=())
+    """Per tenant: most GPUs of its jobs preempted for priority in one decision (its
+    ``preemption.max_gpus_per_epoch``); None or missing: no cap. On-loan jobs (reclaim) and
+    MPS guests do not count."""
+
+    def cap_of(self, tenant: int) -> int | None:
+        """The tenant's priority-preemption cap in GPUs, if any."""
+        return self.preempt_cap[tenant] if tenant < len(self.preempt_cap) else None
 
     # derived sums of the kept running jobs --------------------------------------------
     def used(self) -> list[int]:

@@ -10,15 +10,19 @@ Fields optsched adds to format 1 (see "Added fields" in ``docs/snapshot-format.m
 * ``Job.guest_of`` (running jobs): the host job whose GPUs this MPS guest shares.
 * ``Model.params_b`` (workflows): parameter count in billions, for the roofline predictor.
 * ``Options.num_workers``, ``Options.extra``: solver threads and backend-specific knobs.
+* ``Tenant.preemption``, ``Job.min_runtime_s``: operator controls against preemption thrash.
+* ``Job.priority_class``, ``Tenant.priority_classes``, ``Snapshot.priority_classes``: named
+  priority levels inside a tenant.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
 
 FeatureValue = str | float | int | bool
+ClassWeight = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
 
 class _Strict(BaseModel):
@@ -69,6 +73,31 @@ class TenantQos(_Strict):
     )
 
 
+class TenantPreemption(_Strict):
+    """Operator controls against preemption thrash (added by optsched); they bound ``priority``
+    preemptions of the tenant's jobs: reclaim of on-loan jobs and jobs on lost nodes are exempt."""
+
+    min_runtime_s: float = Field(
+        default=0.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="A running job of the tenant that has run less than this (now - start_s), "
+        "seconds, is not preempted for priority (a job's own `min_runtime_s` overrides it).",
+    )
+    max_gpus_per_epoch: NonNegativeInt | None = Field(
+        default=None,
+        description="Most GPUs of the tenant's jobs that one decision preempts for priority; null: "
+        "no cap.",
+    )
+    hysteresis: float = Field(
+        default=0.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="h >= 0: a priority preemption of one of the tenant's jobs must be paid with "
+        "(1 + h) times its static cost.",
+    )
+
+
 class Tenant(_Strict):
     """A tenant with guaranteed quota per GPU type."""
 
@@ -95,6 +124,16 @@ class Tenant(_Strict):
         gt=0,
         allow_inf_nan=False,
         description="Share weight of the tenant against the others (1.0 = an equal share).",
+    )
+    preemption: TenantPreemption | None = Field(
+        default=None,
+        description="Controls against preemption thrash of the tenant's jobs (added by optsched); "
+        "null: none.",
+    )
+    priority_classes: dict[str, ClassWeight] | None = Field(
+        default=None,
+        description="Weights of named priority classes for the tenant's jobs (added by optsched); "
+        "a name listed here overrides the snapshot-level table.",
     )
 
 
@@ -169,6 +208,19 @@ class Job(_Strict):
         ge=0,
         allow_inf_nan=False,
         description="Seconds of work lost plus restart overhead if the job is preempted now.",
+    )
+    min_runtime_s: float | None = Field(
+        default=None,
+        ge=0,
+        allow_inf_nan=False,
+        description="Running jobs: not preempted for priority before it has run this long, seconds "
+        "(added by optsched); null: its tenant's `preemption.min_runtime_s`.",
+    )
+    priority_class: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Named priority class of the job inside its tenant (added by optsched); its "
+        "weight multiplies the job's value; null, or a name no table lists: weight 1.",
     )
     features: dict[str, FeatureValue] | None = Field(
         default=None,
@@ -315,5 +367,10 @@ class Snapshot(_Strict):
         default=None,
         description="The previous decision's `assurance_state`, fed back unchanged; absent on the "
         "first epoch.",
+    )
+    priority_classes: dict[str, ClassWeight] | None = Field(
+        default=None,
+        description="Weights of named priority classes for every tenant's jobs (added by optsched); "
+        "a tenant's own table overrides a name.",
     )
     options: Options | None = Field(default=None, description="Solver options for this epoch.")

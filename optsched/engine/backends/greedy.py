@@ -177,8 +177,10 @@ def greedy_assignment(p: EpochProblem, deadline: float | None = None) -> Assignm
 def _priority(p: EpochProblem, a: Assignment, ledger: _Ledger) -> None:
     """Preempt for guaranteed jobs that fit their own quota but not the free GPUs, when that
     pays: victims on the job's type, cheapest per GPU first, their summed cost below the
-    job's value. Follows the model's rules: a preemption makes room for an in-quota start of
-    a guaranteed job on the same type, and in-quota best-effort jobs are stopped only for it."""
+    job's value (a priority victim's static cost includes its tenant's hysteresis), within
+    each victim tenant's ``preempt_cap``. Follows the model's rules: a preemption makes room
+    for an in-quota start of a guaranteed job on the same type, and in-quota best-effort jobs
+    are stopped only for it."""
     guests_of_host: dict[str, list[int]] = {}
     for r, run in enumerate(p.running):
         if run.host is not None:
@@ -193,6 +195,11 @@ def _priority(p: EpochProblem, a: Assignment, ledger: _Ledger) -> None:
     for t, lst in by_type.items():
         for r in lst:
             by_owner.setdefault((p.running[r].tenant, t), []).append(r)
+    # operator caps: GPUs of each tenant's jobs preempted for priority in this decision
+    spent = [0] * len(p.tenants)
+    for r in a.preempt:
+        if p.running[r].priority_victim:
+            spent[p.running[r].tenant] += p.running[r].gpus
     order = sorted(
         (c for c, cls in enumerate(p.pending) if cls.guaranteed and cls.own_types and c not in a.guests),
         key=lambda c: (-p.pending[c].density, p.pending[c].job),
@@ -216,13 +223,19 @@ def _priority(p: EpochProblem, a: Assignment, ledger: _Ledger) -> None:
                 need_gpus = cls.gpus - ledger.free[t]
                 need_room = cls.gpus - (p.quota[cls.tenant][t] - ledger.own[cls.tenant][t])
                 applied = False
+                trial = list(spent)
                 for r in itertools.chain(own_list, others):
                     if r in a.preempt:
                         continue
                     run = p.running[r]
+                    cap = p.cap_of(run.tenant) if run.priority_victim else None
+                    if cap is not None and trial[run.tenant] + run.gpus > cap:
+                        continue  # the victim's tenant has no preemption left this epoch
                     extra = math.ceil(PAY_SCALE * run.static_cost)
                     if cost + extra > gain:
                         break
+                    if run.priority_victim:
+                        trial[run.tenant] += run.gpus
                     taken.append(r)
                     cost += extra
                     need_gpus -= run.gpus
@@ -242,6 +255,7 @@ def _priority(p: EpochProblem, a: Assignment, ledger: _Ledger) -> None:
                     taken = []
                 if got is not None:
                     a.add(c, got[0], got[1])
+                    spent = trial
                     for r in taken:
                         a.preempt.add(r)
                         a.preempt.update(guests_of_host.get(p.running[r].job, []))
