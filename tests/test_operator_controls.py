@@ -212,7 +212,9 @@ def test_priority_class_orders_starts_inside_a_tenant(engine: str) -> None:
             s["tenants"][0]["priority_classes"] = {"high": 0.5}  # the tenant's table wins
         return s
 
-    assert started(solve(snap("none"), engine)) == ["old"]  # an unknown name weighs 1
+    d = solve(snap("none"), engine)
+    assert started(d) == ["old"]  # an unknown name weighs 1, and the decision says so
+    assert "priority class 'high' of tenant a is in no priority_classes table: weight 1" in d.solver.notes
     assert started(solve(snap("tenant"), engine)) == ["new"]
     assert started(solve(snap("snapshot"), engine)) == ["new"]
     assert started(solve(snap("both"), engine)) == ["old"]

@@ -176,6 +176,7 @@ def build_problem(
     # per (tenant, gang, allowed types): the usable type indices and whether one is MPS
     kinds: dict[tuple[int, int, tuple[str, ...] | None], tuple[tuple[int, ...], bool]] = {}
     delays = {i: asr.max_delay(state, i)[0] for i in ten_ids}
+    unknown_classes: set[tuple[str, str]] = set()
     for job in state.pending():
         k = state.tenant_index[job.tenant]
         kind = (k, job.gpus, None if job.gpu_types is None else tuple(job.gpu_types))
@@ -198,6 +199,9 @@ def build_problem(
         pclass = ""
         if job.priority_class is not None:
             pclass = job.priority_class
+            tables = (snap.tenants[k].priority_classes or {}, snap.priority_classes or {})
+            if not any(pclass in table for table in tables):
+                unknown_classes.add((job.tenant, pclass))
             cw = class_weight(snap, snap.tenants[k], job)
             v *= cw
             static[job.id] *= cw
@@ -223,6 +227,10 @@ def build_problem(
     shareable_jobs.sort()
     complete = len(shareable_jobs) <= MAX_GUEST_JOBS or not hosts
     notes = list(over_notes)
+    notes += [
+        f"priority class '{name}' of tenant {ten} is in no priority_classes table: weight 1"
+        for ten, name in sorted(unknown_classes)
+    ]
     if not complete:
         notes.append(
             f"MPS pairs scored for the {MAX_GUEST_JOBS} most valuable of {len(shareable_jobs)} "
