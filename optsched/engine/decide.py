@@ -202,7 +202,13 @@ def to_decision(
     for s in starts:
         if not s.colocated_with:
             use[(state.job(s.job).tenant, state.node_type(s.allocation[0].node))] += len(s.allocation)
-    loans, uncovered = derive_loans(state, use, signal)
+    kept = {
+        (p.tenants[i], p.types[t]): n
+        for i, row in enumerate(p.kept_over)
+        for t, n in enumerate(row)
+        if n > 0
+    }
+    loans, uncovered = derive_loans(state, use, signal, kept)
     for (ten, tname), n in sorted(uncovered.items()):
         solver.notes.append(over_quota_note(ten, tname, n))
 
@@ -266,13 +272,20 @@ def to_decision(
 
 
 def derive_loans(
-    state: ClusterState, use: dict[tuple[str, str], int], signal: dict[str, asr.TenantAssurance]
+    state: ClusterState,
+    use: dict[tuple[str, str], int],
+    signal: dict[str, asr.TenantAssurance],
+    kept: Mapping[tuple[str, str], int] | None = None,
 ) -> tuple[list[Loan], dict[tuple[str, str], int]]:
     """Cover each tenant's use above quota with idle quota of others (most assured first).
 
-    Returns the loans and, per (tenant, type), the use above quota that no lender could cover
-    (amended invariant 4: running use kept over quota).
+    ``kept`` is, per (tenant, type), the use running above quota without a loan that the model
+    kept uncovered (amended invariant 4). The lenders' idle quota first covers the rest of the
+    excess (what the model counted on: new loans and on-loan jobs it kept), then, with what is
+    left, as much of the kept use as it can (no lendable quota may stay idle while kept use is
+    uncovered). Returns the loans and the excess no lender could cover.
     """
+    kept = kept or {}
     loans: list[Loan] = []
     uncovered: dict[tuple[str, str], int] = {}
     for t in state.type_names:
@@ -284,24 +297,44 @@ def derive_loans(
             if give > 0:
                 avail[ten] = give
         order = sorted(avail, key=lambda x: (-signal[x].value, -avail[x], x))
+        excess: dict[str, int] = {}
+        room: dict[str, int] = {}
+        covered: dict[str, int] = {}
         for ten in state.tenant_ids:
-            excess = use.get((ten, t), 0) - state.quota(ten, t)
-            bl = state.borrow_limit(ten, t)
-            need = excess if bl is None else min(excess, bl)
-            covered = 0
-            for lender in order:
-                if need <= 0:
-                    break
-                if avail[lender] <= 0 or lender == ten:
-                    continue
-                g = min(avail[lender], need)
-                loans.append(Loan(lender=lender, borrower=ten, gpu_type=t, gpus=g))
-                avail[lender] -= g
-                need -= g
-                covered += g
-            if excess - covered > 0:
-                uncovered[(ten, t)] = excess - covered
-    return loans, uncovered
+            e = use.get((ten, t), 0) - state.quota(ten, t)
+            if e > 0:
+                excess[ten] = e
+                bl = state.borrow_limit(ten, t)
+                room[ten] = e if bl is None else min(e, bl)
+                covered[ten] = 0
+        for first in (True, False):
+            for ten in excess:
+                need = room[ten] - covered[ten]
+                if first:
+                    need = min(need, excess[ten] - kept.get((ten, t), 0))
+                for lender in order:
+                    if need <= 0:
+                        break
+                    if avail[lender] <= 0 or lender == ten:
+                        continue
+                    g = min(avail[lender], need)
+                    loans.append(Loan(lender=lender, borrower=ten, gpu_type=t, gpus=g))
+                    avail[lender] -= g
+                    need -= g
+                    covered[ten] += g
+        for ten, e in excess.items():
+            if e - covered[ten] > 0:
+                uncovered[(ten, t)] = e - covered[ten]
+    return _merge_loans(loans), uncovered
+
+
+def _merge_loans(loans: list[Loan]) -> list[Loan]:
+    """One loan per (lender, borrower, type), in first-made order."""
+    merged: dict[tuple[str, str, str], int] = {}
+    for ln in loans:
+        key = (ln.lender, ln.borrower, ln.gpu_type)
+        merged[key] = merged.get(key, 0) + ln.gpus
+    return [Loan(lender=k[0], borrower=k[1], gpu_type=k[2], gpus=g) for k, g in merged.items()]
 
 
 BINDING_REASON: dict[str, QueueReason] = {

@@ -54,7 +54,7 @@ budget (``HIGHS_VARS_PER_WORK_S`` variables per nominal second of work), else th
 labelled ``fallback`` with the reason (a longer ``time_limit_s`` brings the exact model back:
 at 10,000 GPUs, 5 s). The rule reads only the model's size and the limit, never the clock, so
 the answer is reproducible at every size (``docs/benchmarks.md``)."""
-HIGHS_VARS_PER_WORK_S = 2500.0
+HIGHS_VARS_PER_WORK_S = 3500.0
 DEFAULT_TIME_LIMIT_S = 1.0
 SOLVER_SHARE = 0.6
 """Share of the time limit that is the solver's nominal deterministic work budget."""
@@ -239,7 +239,7 @@ def _cluster_decision(
     has_wf: bool,
 ) -> Decision:
     from optsched.engine.backends import get_backend
-    from optsched.engine.backends.greedy import fill, greedy_assignment
+    from optsched.engine.backends.greedy import fill, greedy_assignment, repaired
     from optsched.engine.check import check_decision
 
     problem, stage = ep.problem, ep.stage
@@ -343,13 +343,12 @@ def _cluster_decision(
 
     t = time.monotonic()
     try:
-        from optsched.engine.problem import Assignment as _Assignment
 
         tries: list[tuple[Assignment, SolveResult | None, str | None, str, bool]] = []
         if result is not None and result.assignment is not None:
             tries.append((result.assignment, result, None, f"{params.backend} answer", True))
         tries.append((hint, None, fallback_reason, "greedy plan", True))
-        tries.append((_Assignment(), None, fallback_reason, "filled empty plan", True))
+        tries.append((repaired(problem), None, fallback_reason, "filled minimal plan", True))
         errors: list[str] = []
         for a, res, reason, what, do_fill in tries:
             try:

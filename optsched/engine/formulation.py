@@ -122,7 +122,9 @@ def add_variables(m: LinearModel, p: EpochProblem) -> None:
                 f"borrow[{ten},{tname}]", 0, cap if bl is None else min(bl, cap), -p.objective.borrow_penalty
             )
             q = p.quota[i][t]
-            if q > 0:
+            # a tenant running above quota with use no lender covers has no idle quota to lend
+            # (its kept allowance must not turn into lendable GPUs when its own jobs stop)
+            if q > 0 and p.kept_over[i][t] == 0:
                 ll = p.lend_limit[i][t]
                 m.lend[(i, t)] = m.var(f"lend[{ten},{tname}]", 0, q if ll is None else min(ll, q))
 

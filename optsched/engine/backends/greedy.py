@@ -200,6 +200,7 @@ def _priority(p: EpochProblem, a: Assignment, ledger: _Ledger) -> None:
     for r in a.preempt:
         if p.running[r].priority_victim:
             spent[p.running[r].tenant] += p.running[r].gpus
+    hosting = set(a.guests.values())
     order = sorted(
         (c for c, cls in enumerate(p.pending) if cls.guaranteed and cls.own_types and c not in a.guests),
         key=lambda c: (-p.pending[c].density, p.pending[c].job),
@@ -225,8 +226,8 @@ def _priority(p: EpochProblem, a: Assignment, ledger: _Ledger) -> None:
                 applied = False
                 trial = list(spent)
                 for r in itertools.chain(own_list, others):
-                    if r in a.preempt:
-                        continue
+                    if r in a.preempt or r in hosting:
+                        continue  # a host that took a guest this epoch keeps running
                     run = p.running[r]
                     cap = p.cap_of(run.tenant) if run.priority_victim else None
                     if cap is not None and trial[run.tenant] + run.gpus > cap:
@@ -267,6 +268,14 @@ def _priority(p: EpochProblem, a: Assignment, ledger: _Ledger) -> None:
                 break
 
 
+def repaired(p: EpochProblem) -> Assignment:
+    """The least a decision must do: reclaim the on-loan jobs no lender can cover any more
+    (nothing else stops, nothing starts); the last plan of the fallback chain."""
+    a = Assignment()
+    _repair(_Ledger(p), p, a)
+    return a
+
+
 def fill(p: EpochProblem, a: Assignment, deadline: float | None = None) -> int:
     """Start every queued job that still fits, on top of ``a`` (no preemption); returns how
     many jobs it started."""
@@ -277,9 +286,16 @@ def fill(p: EpochProblem, a: Assignment, deadline: float | None = None) -> int:
 
 def _drop_unused_preemptions(p: EpochProblem, a: Assignment) -> None:
     """Keep the rule that GPUs freed on a type are used there: undo reclaims whose GPUs no
-    start took (never those the on-loan deficit forces)."""
+    start took (never those the on-loan deficit forces). One ledger, trial undo in place."""
+    ledger = _Ledger(p, a)
+    guests_of: dict[str, list[int]] = {}
+    for g, x in enumerate(p.running):
+        if x.host is not None:
+            guests_of.setdefault(x.host, []).append(g)
+    own_start_tenants: set[tuple[int, int]] = {
+        (p.pending[c].tenant, tt) for c, counts in a.starts.items() for (tt, loan) in counts if not loan
+    }
     for t in range(len(p.types)):
-        ledger = _Ledger(p, a)
         over = ledger.freed[t] - ledger.started[t] - p.deficit[t]
         if over <= 0:
             continue
@@ -290,21 +306,17 @@ def _drop_unused_preemptions(p: EpochProblem, a: Assignment) -> None:
             run = p.running[r]
             if run.gpus > over:
                 continue
-            trial = set(a.preempt) - {r}
-            trial -= {g for g, x in enumerate(p.running) if x.host == run.job}
-            test = Assignment(starts=a.starts, guests=a.guests, preempt=trial)
-            lt = _Ledger(p, test)
+            _preempt(ledger, p, r, sign=-1)  # keep it running, on trial
             i = run.tenant
-            own_starts = any(
-                not loan and tt == t and p.pending[c].tenant == i
-                for c, counts in a.starts.items()
-                for (tt, loan) in counts
-            )
             # keeping the job must not push its tenant's in-quota use over quota
-            quota_ok = not own_starts or lt.own[i][t] <= p.quota[i][t]
-            if lt.free[t] >= 0 and lt.pool(t) >= 0 and lt.borrow_ok(i, t) and quota_ok:
-                a.preempt = trial
+            quota_ok = (i, t) not in own_start_tenants or ledger.own[i][t] <= p.quota[i][t]
+            if ledger.free[t] >= 0 and ledger.pool(t) >= 0 and ledger.borrow_ok(i, t) and quota_ok:
+                a.preempt.discard(r)
+                for g in guests_of.get(run.job, []):
+                    a.preempt.discard(g)  # its guests run on its GPUs: they stay too
                 over -= run.gpus
+            else:
+                _preempt(ledger, p, r)
             if over <= 0:
                 break
 
