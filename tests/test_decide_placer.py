@@ -1,4 +1,4 @@
-"""The bucketed placer of ``to_decision`` gives the GPUs the node-scanning ``_place`` gives."""
+"""The bucketed placer of ``to_decision`` gives the GPUs the plain node-scanning rule gives."""
 
 from __future__ import annotations
 
@@ -7,7 +7,28 @@ from collections import defaultdict
 
 import pytest
 
-from optsched.engine.decide import _place, _Placer
+from optsched.engine.decide import _Placer
+from optsched.schema.snapshot import GpuRef
+
+
+def _place(free: dict[str, list[int]], nodes: list[str], gpus: int) -> list[GpuRef]:
+    """The reference rule, scanning every node: best fit on one node; else take from the
+    nodes with most free GPUs."""
+    fits = [n for n in nodes if len(free[n]) >= gpus]
+    if fits:
+        node = min(fits, key=lambda n: (len(free[n]), n))
+        taken, free[node] = free[node][:gpus], free[node][gpus:]
+        return [GpuRef(node=node, gpu=g) for g in taken]
+    out: list[GpuRef] = []
+    for node in sorted(nodes, key=lambda n: (-len(free[n]), n)):
+        if len(out) == gpus:
+            break
+        take = min(gpus - len(out), len(free[node]))
+        out += [GpuRef(node=node, gpu=g) for g in free[node][:take]]
+        free[node] = free[node][take:]
+    if len(out) != gpus:
+        raise AssertionError(f"placement of {gpus} GPUs failed: capacity row violated")
+    return out
 
 
 def _cluster(rng: random.Random) -> tuple[dict[str, list[int]], dict[str, list[str]]]:

@@ -49,32 +49,14 @@ def _free_gpus(state: ClusterState, stopped: set[str]) -> dict[str, list[int]]:
     return free
 
 
-def _place(free: dict[str, list[int]], nodes: list[str], gpus: int) -> list[GpuRef]:
-    """Best fit on one node; else take from the nodes with most free GPUs."""
-    fits = [n for n in nodes if len(free[n]) >= gpus]
-    if fits:
-        node = min(fits, key=lambda n: (len(free[n]), n))
-        taken, free[node] = free[node][:gpus], free[node][gpus:]
-        return [GpuRef(node=node, gpu=g) for g in taken]
-    out: list[GpuRef] = []
-    for node in sorted(nodes, key=lambda n: (-len(free[n]), n)):
-        if len(out) == gpus:
-            break
-        take = min(gpus - len(out), len(free[node]))
-        out += [GpuRef(node=node, gpu=g) for g in free[node][:take]]
-        free[node] = free[node][take:]
-    if len(out) != gpus:
-        raise AssertionError(f"placement of {gpus} GPUs failed: capacity row violated")
-    return out
-
-
 class _Placer:
-    """:func:`_place` for many starts without scanning every node of the type per start.
+    """Places many starts without scanning every node of the type per start: best fit on one
+    node, else the GPUs of the nodes with most free GPUs (ids break ties).
 
     The nodes of each type sit in buckets by their number of free GPUs, ids sorted: best fit
     is the first node of the first non-empty bucket from the gang size up; the spread order
-    (most free GPUs first, then id) walks the buckets downwards. The same GPUs as
-    :func:`_place`, start after start.
+    (most free GPUs first, then id) walks the buckets downwards. ``tests/test_decide_placer.py``
+    checks it against the plain node-scanning rule.
     """
 
     def __init__(self, free: dict[str, list[int]], nodes_by_type: Mapping[str, list[str]]) -> None:
@@ -212,41 +194,17 @@ def to_decision(
     for (ten, tname), n in sorted(uncovered.items()):
         solver.notes.append(over_quota_note(ten, tname, n))
 
-    # queue with reasons ---------------------------------------------------------------------
-    cap = state.capacity()
-    free_after = {t: cap[t] - sum(v for (_, tt), v in use.items() if tt == t) for t in state.type_names}
-    held_before: dict[str, int] = defaultdict(int)  # host GPUs of every running job, per type
-    for run in p.running:
-        if not run.guest:
-            held_before[p.types[run.type]] += run.gpus
-    free_before = {t: cap[t] - held_before[t] for t in state.type_names}
-    lent_in: dict[tuple[str, str], int] = defaultdict(int)
-    for ln in loans:
-        lent_in[(ln.borrower, ln.gpu_type)] += ln.gpus
+    # queue with reasons: what really binds after this decision (its preemptions and starts
+    # included), once per (tenant, gang, allowed types), so a reason and its explanation agree
     queue: list[str] = []
-    reasons: dict[str, QueueReason] = {}
     pending = [j for j in state.pending() if j.id not in started]
     pending.sort(key=lambda j: (-p.density.get(j.id, 0.0), j.submit_s, j.id))
-    # the reason depends on the job's tenant, gang and allowed types only: once per kind
-    kinds: dict[tuple[str, int, tuple[str, ...] | None], QueueReason] = {}
-    kind_of: list[tuple[str, int, tuple[str, ...] | None]] = []  # per queued job, for explain
+    kind_of: list[tuple[str, int, tuple[str, ...] | None]] = []  # per queued job
     for job in pending:
         queue.append(job.id)
-        kind = (job.tenant, job.gpus, None if job.gpu_types is None else tuple(job.gpu_types))
-        kind_of.append(kind)
-        why = kinds.get(kind)
-        if why is None:
-            why = kinds[kind] = _reason(state, job.id, cap, free_before, free_after, use)
-        reasons[job.id] = why
-    explanations = explain(state, p, starts, preempt, use, loans, queue, kind_of, kinds, signal)
-    # the queue reason is the code of what really binds after this decision (its preemptions
-    # and starts included), so the code and its explanation never disagree
-    for jid in queue:
-        e = explanations[jid]
-        code = BINDING_REASON.get(e.binding)
-        if code is not None and code != reasons[jid]:
-            reasons[jid] = code
-            explanations[jid] = e.model_copy(update={"code": code.value})
+        kind_of.append((job.tenant, job.gpus, None if job.gpu_types is None else tuple(job.gpu_types)))
+    explanations = explain(state, p, starts, preempt, use, loans, queue, kind_of, signal)
+    reasons = {jid: QueueReason(explanations[jid].code) for jid in queue}
     preds = {
         jid: JobPrediction(
             runtime_s=round(e.runtime_s, 3),
@@ -349,36 +307,6 @@ BINDING_REASON: dict[str, QueueReason] = {
     "no_lender": QueueReason.QUOTA_AND_NO_LENDER,
 }
 """The queue reason of each binding constraint of a queued job's best GPU type."""
-
-
-def _reason(
-    state: ClusterState,
-    job_id: str,
-    cap: dict[str, int],
-    free_before: dict[str, int],
-    free_after: dict[str, int],
-    use: dict[tuple[str, str], int],
-) -> QueueReason:
-    job = state.job(job_id)
-    allowed = state.allowed_types(job)
-    if all(cap[t] == 0 for t in allowed):
-        return QueueReason.TYPE_UNAVAILABLE
-    if all(cap[t] < job.gpus for t in allowed):
-        return QueueReason.GANG_TOO_LARGE
-    if all(free_after[t] < job.gpus for t in allowed):
-        if any(free_before[t] >= job.gpus for t in allowed):
-            return QueueReason.LOWER_PRIORITY
-        return QueueReason.NO_CAPACITY
-    # capacity exists: it is the quota that stops it
-    for t in allowed:
-        if free_after[t] < job.gpus:
-            continue
-        if use.get((job.tenant, t), 0) + job.gpus <= state.quota(job.tenant, t):
-            return QueueReason.LOWER_PRIORITY
-        bl = state.borrow_limit(job.tenant, t)
-        if bl is not None and use.get((job.tenant, t), 0) + job.gpus - state.quota(job.tenant, t) > bl:
-            return QueueReason.BORROW_LIMIT
-    return QueueReason.QUOTA_AND_NO_LENDER
 
 
 # explanations ---------------------------------------------------------------------------------
@@ -583,20 +511,20 @@ def explain(
     loans: list[Loan],
     queue: list[str],
     kind_of: list[tuple[str, int, tuple[str, ...] | None]],
-    reasons: Mapping[tuple[str, int, tuple[str, ...] | None], QueueReason],
     signal: dict[str, asr.TenantAssurance],
 ) -> dict[str, Explanation]:
     """An explanation for every queued and every preempted job, from the final decision.
 
-    ``kind_of[i]`` is the (tenant, gang, allowed types or None) of ``queue[i]``; ``reasons``
-    its queue reason. A queued job's explanation depends on its kind only, so it is computed
+    ``kind_of[i]`` is the (tenant, gang, allowed types or None) of ``queue[i]``; its ``code``
+    is the queue reason of its binding constraint (:data:`BINDING_REASON`). A queued job's
+    explanation depends on its kind only, so it is computed
     once per kind and shared.
     """
     led = _Ledger(state, p, starts, use, loans)
     per_kind: dict[tuple[str, int, tuple[str, ...] | None], Explanation] = {}
-    for kind, code in reasons.items():
+    for kind in dict.fromkeys(kind_of):
         ten, g, types = kind
-        per_kind[kind] = _explain_queued(led, ten, g, state.type_names if types is None else types, code)
+        per_kind[kind] = _explain_queued(led, ten, g, state.type_names if types is None else types)
     out = {jid: per_kind[kind] for jid, kind in zip(queue, kind_of, strict=True)}
     stopped = {x.job: x for x in preempt}
     evicted = set(p.evicted)
@@ -678,7 +606,7 @@ def _fit_text(led: _Ledger, f: TypeFit, ten: str, g: int) -> str:
 
 
 def _explain_queued(
-    led: _Ledger, ten: str, g: int, allowed: tuple[str, ...], code: QueueReason
+    led: _Ledger, ten: str, g: int, allowed: tuple[str, ...]
 ) -> Explanation:
     got = []
     for t in allowed:
@@ -698,7 +626,7 @@ def _explain_queued(
     fits = [f for f, _ in got]
     if not fits:
         return Explanation(
-            code=code.value,
+            code=QueueReason.TYPE_UNAVAILABLE.value,
             text="it allows no GPU type of the fleet",
             binding="type_unavailable",
             tenant=ten,
@@ -719,7 +647,7 @@ def _explain_queued(
     what = _gpus(g, allowed[0]) if len(allowed) == 1 else f"{_gpus(g)} of one type ({', '.join(allowed)})"
     text = f"needs {what}. " + ". ".join(text for _, text in got) + "."
     return Explanation(
-        code=code.value,
+        code=BINDING_REASON[best.binding].value,
         text=text,
         binding=best.binding,
         tenant=ten,
