@@ -116,7 +116,7 @@ def _members(p: EpochProblem, a: Assignment) -> list[tuple[bool, float, str, int
 
 
 def _run(
-    p: EpochProblem, a: Assignment, ledger: _Ledger, *, reclaim: bool, deadline: float | None
+    p: EpochProblem, a: Assignment, ledger: _Ledger, *, reclaim: bool
 ) -> None:
     slots = [r.free_slots for r in p.running]
     for r in list(a.guests.values()) + list(a.preempt):
@@ -136,8 +136,6 @@ def _run(
         lst.sort(key=lambda r: (p.running[r].cost / p.running[r].gpus, p.running[r].job))
     heap = _members(p, a)
     while heap:
-        if deadline is not None and time.monotonic() > deadline:
-            break
         later, negd, job, c, k = heapq.heappop(heap)
         cls = p.pending[c]
         first = cls.reclaim and not later  # reclaim priority holds for starts inside quota only
@@ -163,12 +161,13 @@ def _run(
             break
 
 
-def greedy_assignment(p: EpochProblem, deadline: float | None = None) -> Assignment:
-    """The greedy plan; stops considering new jobs once ``deadline`` (monotonic) passes."""
+def greedy_assignment(p: EpochProblem) -> Assignment:
+    """The greedy plan (never cut by a clock: it is linear in classes, and a cut plan would
+    depend on the machine's load)."""
     a = Assignment()
     ledger = _Ledger(p)
     _repair(ledger, p, a)
-    _run(p, a, ledger, reclaim=True, deadline=deadline)
+    _run(p, a, ledger, reclaim=True)
     _priority(p, a, ledger)
     _drop_unused_preemptions(p, a)
     return a
@@ -276,11 +275,11 @@ def repaired(p: EpochProblem) -> Assignment:
     return a
 
 
-def fill(p: EpochProblem, a: Assignment, deadline: float | None = None) -> int:
+def fill(p: EpochProblem, a: Assignment) -> int:
     """Start every queued job that still fits, on top of ``a`` (no preemption); returns how
     many jobs it started."""
     before = sum(a.started(c) for c in a.starts) + len(a.guests)
-    _run(p, a, _Ledger(p, a), reclaim=False, deadline=deadline)
+    _run(p, a, _Ledger(p, a), reclaim=False)
     return sum(a.started(c) for c in a.starts) + len(a.guests) - before
 
 
