@@ -71,6 +71,21 @@ class SolveParams:
         return replace(self, **changes)
 
 
+def check_extra(extra: dict[str, Any], allowed: set[str], backend: str) -> None:
+    """Reject a backend-specific option the backend does not know, naming it.
+
+    Raises
+    ------
+    ValueError
+        For the first key of ``extra`` not in ``allowed``.
+    """
+    for key in extra:
+        if key not in allowed:
+            raise ValueError(
+                f"solver option '{key}' is not a known {backend} parameter (allowed: {sorted(allowed)})"
+            )
+
+
 @dataclass
 class SolveResult:
     """What a backend returns."""

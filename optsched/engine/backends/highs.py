@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Any, ClassVar
 
-from optsched.engine.backends.base import SolveParams, SolveResult, SolveStatus
+from optsched.engine.backends.base import SolveParams, SolveResult, SolveStatus, check_extra
 from optsched.engine.formulation import build_model, from_assignment, is_feasible, solved
 from optsched.engine.problem import Assignment, EpochProblem
 
@@ -63,8 +63,6 @@ class HighsBackend:
     ) -> SolveResult:
         from ortools.math_opt.python import mathopt
         from ortools.util.python.solve_interrupter import SolveInterrupter
-
-        from optsched.engine.backends.cpsat.backend import check_extra
 
         check_extra(params.extra, ALLOWED_EXTRA, self.name)
         t0 = time.monotonic()

@@ -21,7 +21,7 @@ import time
 import warnings
 from typing import Any, ClassVar
 
-from optsched.engine.backends.base import SolveParams, SolveResult, SolveStatus
+from optsched.engine.backends.base import SolveParams, SolveResult, SolveStatus, check_extra
 from optsched.engine.formulation import build_model, from_assignment, is_feasible, solved
 from optsched.engine.problem import Assignment, EpochProblem
 from optsched.errors import NumericScaleWarning
@@ -65,14 +65,6 @@ def map_status(code: Any) -> SolveStatus:
         cp_model.UNKNOWN: SolveStatus.NO_SOLUTION,
         cp_model.MODEL_INVALID: SolveStatus.ERROR,
     }.get(code, SolveStatus.ERROR)
-
-
-def check_extra(extra: dict[str, Any], allowed: set[str], backend: str) -> None:
-    for key in extra:
-        if key not in allowed:
-            raise ValueError(
-                f"solver option '{key}' is not a known {backend} parameter (allowed: {sorted(allowed)})"
-            )
 
 
 def integer_objective(coefs: list[float]) -> tuple[list[int], float, str | None]:

@@ -27,7 +27,7 @@ import threading
 import time
 from typing import Any, ClassVar
 
-from optsched.engine.backends.base import SolveParams, SolveResult, SolveStatus
+from optsched.engine.backends.base import SolveParams, SolveResult, SolveStatus, check_extra
 from optsched.engine.backends.milp.worker import ALLOWED_OPTIONS, ROOT_CHECKS_PER_S, TREE_CHECKS_PER_S
 from optsched.engine.formulation import build_model, from_assignment, is_feasible, solved
 from optsched.engine.problem import Assignment, EpochProblem
@@ -202,12 +202,7 @@ class MilpBackend:
     def solve(
         self, problem: EpochProblem, params: SolveParams, hint: Assignment | None = None
     ) -> SolveResult:
-        for key in params.extra:
-            if key not in ALLOWED_OPTIONS:
-                raise ValueError(
-                    f"solver option '{key}' is not a known milp parameter "
-                    f"(allowed: {sorted(ALLOWED_OPTIONS)})"
-                )
+        check_extra(params.extra, ALLOWED_OPTIONS, self.name)
         t0 = time.monotonic()
         deadline = t0 + params.time_limit_s
         lin = build_model(problem)

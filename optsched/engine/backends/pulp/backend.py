@@ -31,8 +31,7 @@ import warnings
 from pathlib import Path
 from typing import Any, ClassVar
 
-from optsched.engine.backends.base import SolveParams, SolveResult, SolveStatus
-from optsched.engine.backends.cpsat.backend import check_extra
+from optsched.engine.backends.base import SolveParams, SolveResult, SolveStatus, check_extra
 from optsched.engine.formulation import (
     LinearModel,
     build_model,
