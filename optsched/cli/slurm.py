@@ -1,6 +1,7 @@
-"""``optsched slurm run|demo``: optsched as the scheduling policy of a Slurm cluster.
+"""``optsched slurm run|explain|demo``: optsched as the scheduling policy of a Slurm cluster.
 
 ``run`` is the adapter's daemon (:mod:`optsched.hosts.slurm` over the shared host loop);
+``explain`` prints the stored reason of a job (the text of ``optsched explain``);
 ``demo`` replays a small Venus-like job stream through a real (dev) Slurm cluster twice, with
 Slurm's own scheduling and with optsched, and compares them from Slurm's own records. The
 adapter, the solver and the demo are imported only when a command runs.
@@ -67,6 +68,31 @@ def run(
     signal.signal(signal.SIGINT, _stop)
     loop.run(interval if interval is not None else cfg.epoch_s)
     store.close()
+
+
+@app.command("explain")
+def explain(
+    job: str = typer.Argument(..., help="Slurm job id"),
+    config: Path = typer.Option(..., "--config", help="adapter config (TOML; see docs/slurm.md)"),
+) -> None:
+    """Print what `optsched explain` said of the job on the last epoch that started, preempted
+    or queued it (read from the adapter's store; exit 2 if none did)."""
+    from optsched.cli.common import fail
+
+    cfg = _load(config)
+    if not Path(cfg.store).exists():
+        fail("store", f"no store at '{cfg.store}': the adapter has not run with this config")
+    from optsched.hosts.store import Store
+
+    store = Store(cfg.store)
+    try:
+        got = store.reason(cfg.cluster, job)
+    finally:
+        store.close()
+    if got is None:
+        fail("job", f"job '{job}' appears in no decision of cluster '{cfg.cluster}'")
+    typer.echo(f"epoch {got[0]}:")
+    typer.echo(got[1])
 
 
 @app.command("demo")

@@ -116,6 +116,11 @@ class SlurmConfig(_Strict):
     free_wait_s: float = Field(
         default=5.0, ge=0, description="How long to wait for preempted jobs' GPUs to be free before starting."
     )
+    publish_reasons: bool = Field(
+        default=True,
+        description="Write each started, preempted or queued job's reason (the first lines of "
+        "`optsched explain`) to its Slurm AdminComment, when it changed.",
+    )
     unmanaged: Literal["keep", "ignore"] = Field(
         default="keep",
         description="Running jobs of no tenant: 'keep' (their GPUs count as used) or 'ignore'.",

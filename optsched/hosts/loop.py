@@ -91,6 +91,8 @@ class Host(Protocol):
 
     # Optional: ``unrealizable(snapshot, decision) -> {job: reason}``, the starts of a checked
     # decision the host cannot carry out; the loop decides again without those jobs.
+    # Optional: ``publish_reasons(decision, {job: text})``, called after ``apply`` with the text
+    # ``optsched explain`` prints for each job, to show it where the host's users look.
 
 
 @dataclass
@@ -103,6 +105,8 @@ class EpochResult:
     refused: bool
     violations: list[str] = field(default_factory=list)
     actions: list[Action] = field(default_factory=list)
+    reasons: dict[str, str] = field(default_factory=dict)
+    """``optsched explain``'s text for every job the decision starts, preempts or queues."""
 
 
 class HostLoop:
@@ -197,7 +201,10 @@ class HostLoop:
                 log.error("epoch %d: decision refused, nothing applied: %s", seq, v)
             return EpochResult(seq, snap, decision, True, violations, acts)
 
-        seq = self.store.record_epoch(cluster, snap_json, dec, [a.row() for a in deferred])
+        from optsched.hosts.reasons import explain_jobs
+
+        reasons = explain_jobs(state, decision)
+        seq = self.store.record_epoch(cluster, snap_json, dec, [a.row() for a in deferred], reasons)
         for a in deferred:
             log.warning("epoch %d: start %s deferred: %s", seq, a.job, a.reason)
         log.info(
@@ -221,7 +228,10 @@ class HostLoop:
             self.host.apply(snap, decision, hist, report)
         finally:
             self._record_loans(hist, decision, actions, snap)
-        return EpochResult(seq, snap, decision, False, [], deferred + actions)
+        publish = getattr(self.host, "publish_reasons", None)
+        if publish is not None:
+            publish(decision, reasons)
+        return EpochResult(seq, snap, decision, False, [], deferred + actions, reasons)
 
     def _record_loans(self, hist: History, decision: Decision, actions: list[Action], snap: Snapshot) -> None:
         """Which running jobs run on loan after this epoch: started on loan and still running."""

@@ -157,12 +157,16 @@ def solve_request(body: bytes, stored_state: dict[str, Any] | None) -> dict[str,
     violations = check_decision(state, decision)
     if violations:
         return {"kind": "invalid", "error": "; ".join(str(v) for v in violations)}
+    from optsched.hosts.reasons import explain_jobs
+
     out = json.loads(decision.model_dump_json(exclude_none=True))
+    reasons = explain_jobs(state, decision)
     return {
         "kind": "ok",
         "decision": out,
         "actions": _actions(out),
-        "plan": _plan(data, out),
+        "reasons": reasons,
+        "plan": _plan(data, out, reasons),
         "seconds": time.perf_counter() - t0,
         "filled": filled,
     }
@@ -183,11 +187,17 @@ def _actions(decision: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     return rows
 
 
-def _plan(snapshot: dict[str, Any], decision: dict[str, Any]) -> dict[str, Any]:
-    """What the extender verbs read: nodes per started/kept job, victims per node, queue."""
+def _plan(
+    snapshot: dict[str, Any], decision: dict[str, Any], reasons: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """What the extender verbs read: nodes per started/kept job, victims per node, queue (each
+    queued job with the one-line summary of its ``optsched explain`` text, else its code)."""
+    from optsched.hosts.reasons import summary
+
     running = {
         j["id"]: _nodes(j.get("allocation")) for j in snapshot.get("jobs", []) if j.get("state") == "running"
     }
+    reasons_text = reasons or {}
     preempted = {p["job"]: p["reason"] for p in decision.get("preempt", [])}
     victims: dict[str, list[str]] = {}
     for job in preempted:
@@ -199,7 +209,10 @@ def _plan(snapshot: dict[str, Any], decision: dict[str, Any]) -> dict[str, Any]:
         "running": {j: n for j, n in running.items() if j not in preempted},
         "preempted": preempted,
         "victims": victims,
-        "queue": {j: str(reasons.get(j, "")) for j in decision.get("queue", [])},
+        "queue": {
+            j: summary(reasons_text[j]) if j in reasons_text else str(reasons.get(j, ""))
+            for j in decision.get("queue", [])
+        },
     }
 
 
@@ -237,6 +250,11 @@ class JobEntry(BaseModel):
     lost_s: float | None = Field(default=None, description="preempt: seconds of work the stop costs.")
     queue_position: int | None = Field(default=None, description="queue: 0 = most important.")
     notes: list[str] = Field(default_factory=list, description="The decision's `solver.notes`.")
+    explanation: list[str] = Field(
+        default_factory=list,
+        description="What `optsched explain` prints for the job on that epoch's snapshot and decision "
+        "(empty when none was stored).",
+    )
 
 
 class _K8s(BaseModel):
@@ -530,7 +548,7 @@ class Service:
     def _record(
         self, cluster: str, text: str, decision: dict[str, Any], res: dict[str, Any]
     ) -> tuple[int, str]:
-        seq = self.store.record_epoch(cluster, text, decision, res["actions"])
+        seq = self.store.record_epoch(cluster, text, decision, res["actions"], res.get("reasons"))
         self.store.set_meta(cluster, "plan", {"epoch": seq, **res["plan"]})
         return seq, json.dumps(decision)
 
@@ -554,6 +572,14 @@ class Service:
         return got
 
     async def job(self, cluster: str, job: str) -> JobEntry | None:
+        entry = await self._job(cluster, job)
+        if entry is not None:
+            why = await anyio.to_thread.run_sync(self.store.reason, cluster, job)
+            if why is not None and why[0] == entry.epoch:
+                entry.explanation = why[1].splitlines()
+        return entry
+
+    async def _job(self, cluster: str, job: str) -> JobEntry | None:
         got = await self.latest(cluster)
         if got is not None:
             entry = _entry(cluster, job, got.epoch, got.decision)
@@ -798,7 +824,7 @@ def create_app(config: ServiceConfig, executor: concurrent.futures.Executor | No
     @app.get("/v1/clusters/{cluster}/jobs/{job}", response_model=JobEntry, tags=["epochs"])
     async def get_job(job: str, cluster: str = cluster_id) -> Any:
         """The job's entry in the latest decision that names it (start, preempt or queue), with
-        its reason and that decision's notes."""
+        its reason, the text `optsched explain` prints for it, and that decision's notes."""
         entry = await svc.job(cluster, job)
         if entry is None:
             return _error(404, f"job '{job}' appears in no decision of cluster '{cluster}'")

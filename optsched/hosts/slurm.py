@@ -272,6 +272,7 @@ class SlurmHost:
         self.clock = clock
         self.sleep = sleep
         self.last_built: BuiltSnapshot | None = None
+        self.last_obs: Observation | None = None
 
     # ------------------------------------------------------------------ read
     def observe(self) -> Observation:
@@ -281,6 +282,7 @@ class SlurmHost:
         from optsched import Snapshot
 
         obs = self.observe()
+        self.last_obs = obs
         first = {str(k): float(v) for k, v in (self.store.get_meta(self.cluster, SUBMIT_KEY) or {}).items()}
         built = build_snapshot(
             self.cfg,
@@ -299,6 +301,25 @@ class SlurmHost:
             log.debug("job %s left out of the snapshot: %s", job, why)
         self.last_built = built
         return Snapshot.model_validate(built.snapshot)
+
+    # ------------------------------------------------------------------ reasons
+    def publish_reasons(self, decision: Decision, reasons: dict[str, str]) -> None:
+        """Write each job's reason (:func:`optsched.hosts.reasons.summary` of its ``optsched
+        explain`` text, prefixed ``optsched: ``) to its AdminComment when it differs from what the
+        last read showed. A failing ``scontrol`` is logged, never fatal."""
+        from optsched.hosts.reasons import summary
+
+        if not self.cfg.publish_reasons or self.last_obs is None:
+            return
+        seen = {str(j.job_id): j.admin_comment for j in self.last_obs.jobs}
+        for job, text in sorted(reasons.items()):
+            want = "optsched: " + summary(text)
+            if job not in seen or seen[job] == want:
+                continue
+            try:
+                self.slurm.set_admin_comment(_id(job), want)
+            except (SlurmError, ValueError) as exc:
+                log.warning("job %s: could not publish its reason: %s", job, exc)
 
     # ------------------------------------------------------------------ feasibility
     def unrealizable(self, snapshot: Snapshot, decision: Decision) -> dict[str, str]:

@@ -657,6 +657,11 @@ class SlurmClient:
     def release(self, job_id: int) -> None:
         self.run("scontrol", "release", str(job_id))
 
+    def set_admin_comment(self, job_id: int, text: str) -> None:
+        """Set the job's AdminComment (``squeue -O JobID,AdminComment`` shows it; needs the
+        rights of SlurmUser or an operator)."""
+        self.run("scontrol", "update", f"JobId={job_id}", f"AdminComment={text}")
+
     def requeue_hold(self, job_id: int) -> None:
         """Preempt: stop a running job, free its GPUs (about 0.2 s) and put it back held."""
         self.run("scontrol", "requeuehold", str(job_id))

@@ -44,6 +44,13 @@ CREATE TABLE IF NOT EXISTS actions (
     wall REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS actions_by_job ON actions (cluster, job);
+CREATE TABLE IF NOT EXISTS reasons (
+    cluster TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    job TEXT NOT NULL,
+    text TEXT NOT NULL,
+    PRIMARY KEY (cluster, job)
+);
 CREATE TABLE IF NOT EXISTS meta (
     cluster TEXT NOT NULL,
     key TEXT NOT NULL,
@@ -121,10 +128,13 @@ class Store:
         snapshot_json: str,
         decision: dict[str, Any],
         actions: list[tuple[str, str, str, str]] = (),  # type: ignore[assignment]
+        reasons: dict[str, str] | None = None,
     ) -> int:
         """Store a decided epoch (and the actions taken on it) in one transaction.
 
-        ``actions`` are ``(job, action, outcome, reason)``. Returns the epoch's sequence number.
+        ``actions`` are ``(job, action, outcome, reason)``; ``reasons`` are the texts of
+        ``optsched explain`` by job (:func:`optsched.hosts.reasons.explain_jobs`). Returns the
+        epoch's sequence number.
         """
         now = float(decision.get("now", 0.0))
         wall = time.time()
@@ -150,7 +160,21 @@ class Store:
                 "INSERT INTO actions VALUES (?, ?, ?, ?, ?, ?, ?)",
                 [(cluster, seq, job, act, out, why, wall) for job, act, out, why in actions],
             )
+            db.executemany(
+                "INSERT OR REPLACE INTO reasons VALUES (?, ?, ?, ?)",
+                [(cluster, seq, job, text) for job, text in sorted((reasons or {}).items())],
+            )
         return seq
+
+    def reason(self, cluster: str, job: str) -> tuple[int, str] | None:
+        """``(epoch, text)``: the newest ``optsched explain`` text stored for ``job`` (one row per
+        job is kept: the last epoch that started, preempted or queued it)."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT seq, text FROM reasons WHERE cluster = ? AND job = ?",
+                (cluster, job),
+            ).fetchone()
+        return None if row is None else (int(row[0]), str(row[1]))
 
     def record_actions(self, cluster: str, seq: int, actions: list[tuple[str, str, str, str]]) -> None:
         """Add actions to an already stored epoch."""

@@ -100,6 +100,14 @@ def test_epoch_decision_job_and_openapi(pool: concurrent.futures.Executor, tmp_p
         body = api["paths"]["/v1/clusters/{cluster}/epochs"]["post"]["requestBody"]
         assert body["content"]["application/json"]["schema"]["$ref"] == "#/components/schemas/Snapshot"
 
+        # the same text as `optsched explain`, for every job the decision names
+        from optsched.engine.decide import describe_job
+
+        state = ClusterState.from_snapshot(parse_snapshot(snap))
+        for j in ("vis-train", "nlp-sweep", "audio-extra"):
+            got = c.get(f"/v1/clusters/c1/jobs/{j}").json()["explanation"]
+            assert got == describe_job(state, decision, j)
+
     # the store holds the epoch and its actions with their reasons
     store = Store(tmp_path / "serve.db")
     acts = {(a.job, a.action, a.reason) for a in store.actions("c1")}
@@ -230,7 +238,13 @@ def test_extender_filter_by_contract(pool: concurrent.futures.Executor, tmp_path
         # full Nodes form; the pod maps to its job by name; a queued job fails everywhere
         r = c.post("/v1/clusters/k/extender/filter", json=_json("extender_filter_nodes_args.json")).json()
         assert set(r) == FILTER_KEYS and r["NodeNames"] is None and r["Nodes"]["items"] == []
-        reason = decision.queue_reasons["audio-extra"]
+        from optsched.engine.decide import describe_job
+        from optsched.hosts.reasons import summary
+
+        state = ClusterState.from_snapshot(parse_snapshot(_json("extender_snapshot.json")))
+        reason = summary("\n".join(describe_job(state, decision, "audio-extra")))
+        assert reason.startswith("job audio-extra (tenant audio")
+        assert decision.queue_reasons["audio-extra"] in reason
         assert r["FailedAndUnresolvableNodes"] == {
             n: f"optsched plan queues job 'audio-extra': {reason}" for n in ("n0", "n1")
         }

@@ -5,6 +5,7 @@ cancelled between the read and the act."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -394,3 +395,82 @@ def test_after_the_last_redecision_leftover_starts_are_skipped_not_crashed_on() 
     r = HostLoop(Stubborn(_cfg(), store), store).step()
     assert not r.refused and len(calls) <= MAX_REDECIDE + 1
     assert sum(a.outcome == "deferred" for a in r.actions) <= MAX_REDECIDE
+
+
+def test_reasons_reach_the_store_slurm_and_the_cli(adapter: Any, tmp_path: Path) -> None:
+    """Every job the decision starts or queues has the text of ``optsched explain`` in the store,
+    its summary in Slurm's AdminComment, and ``optsched slurm explain`` prints the stored text."""
+    from typer.testing import CliRunner
+
+    from optsched.cli import app
+    from optsched.engine.decide import describe_job
+
+    ids = [adapter.sbatch("-A", "beta", "--gres=gpu:a100:8", "--wrap", "sleep 300") for _ in range(3)]
+    r = adapter.loop.step()
+    assert not r.refused and len(r.decision.start) == 2 and len(r.decision.queue) == 1
+    state = ClusterState.from_snapshot(r.snapshot)
+    (waiting,) = r.decision.queue
+    for j in ids:
+        text = "\n".join(describe_job(state, r.decision, j))
+        assert r.reasons[j] == text
+        assert adapter.store.reason("test", j) == (r.seq, text)
+    comment = adapter.jobs()[waiting].admin_comment
+    assert comment.startswith(f"optsched: job {waiting} (tenant beta") and "queued (" in comment
+
+    _wait_running(adapter, [s.job for s in r.decision.start])
+    r = adapter.loop.step()  # the two run now: the waiting job's reason changes, and is written
+    assert r.decision.queue == [waiting]
+    assert adapter.jobs()[waiting].admin_comment.startswith(f"optsched: job {waiting}")
+    assert "binding: capacity" in adapter.jobs()[waiting].admin_comment
+
+    calls: list[tuple[str, ...]] = []
+    run = adapter.host.slurm.run
+
+    def counting(*args: str, **kw: Any) -> str:
+        calls.append(args)
+        return run(*args, **kw)
+
+    adapter.host.slurm.run = counting  # type: ignore[method-assign]
+    r2 = adapter.loop.step()  # nothing changed: no AdminComment is written again
+    assert r2.reasons[waiting] == r.reasons[waiting]
+    assert not any("update" in c for c in calls)
+
+    cfg = tmp_path / "adapter.toml"
+    cfg.write_text(CONFIG.format(store=adapter.db))
+    out = CliRunner().invoke(app, ["slurm", "explain", waiting, "--config", str(cfg)])
+    assert out.exit_code == 0, out.output
+    assert out.output == f"epoch {r2.seq}:\n{r.reasons[waiting]}\n"
+    missing = CliRunner().invoke(app, ["slurm", "explain", "999999", "--config", str(cfg)])
+    assert missing.exit_code == 2 and "job '999999'" in missing.output
+
+
+def test_publishing_reasons_writes_only_changes_and_survives_a_failing_scontrol() -> None:
+    from optsched.hosts.slurmcli import SlurmError
+
+    squeue = json.loads((DATA / "adapter_squeue.json").read_text())
+    sinfo = json.loads((DATA / "adapter_sinfo.json").read_text())
+    obs = Observation(parse_jobs(squeue), parse_nodes(sinfo), now=1796067800.0)
+    written: list[tuple[int, str]] = []
+
+    class Client:
+        def set_admin_comment(self, job_id: int, text: str) -> None:
+            if job_id == 2:
+                raise SlurmError(["scontrol"], "Access/permission denied")
+            written.append((job_id, text))
+
+    ids = [str(j.job_id) for j in obs.jobs]
+    host = SlurmHost(_cfg(), Store(":memory:"), Client())  # type: ignore[arg-type]
+    host.last_obs = obs
+    k = next(i for i, j in enumerate(obs.jobs) if str(j.job_id) not in ("1", "2"))
+    same = dataclasses.replace(obs.jobs[k], admin_comment="optsched: unchanged")
+    obs.jobs[k] = same
+    reasons = {"1": "job 1 queued\nwhy", "2": "job 2 queued\nwhy", str(same.job_id): "unchanged", "gone": "x"}
+    assert "gone" not in ids
+    host.publish_reasons(Decision(now=0, status="feasible", solver={"backend": "x", "seconds": 0}), reasons)
+    assert written == [(1, "optsched: job 1 queued why")]
+
+    written.clear()
+    off = SlurmHost(_cfg().model_copy(update={"publish_reasons": False}), Store(":memory:"), Client())  # type: ignore[arg-type]
+    off.last_obs = obs
+    off.publish_reasons(Decision(now=0, status="feasible", solver={"backend": "x", "seconds": 0}), reasons)
+    assert written == []
