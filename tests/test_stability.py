@@ -137,3 +137,49 @@ def test_greedy_is_stable_on_a_venus_sized_snapshot() -> None:
 @pytest.mark.parametrize("seed", range(3))
 def test_cpsat_is_stable_on_tiny_snapshots(seed: int) -> None:
     run_epochs(parse_snapshot(generate("tiny", seed)), CPSAT)
+
+
+def with_every_knob(snap: dict[str, object], seed: int) -> Snapshot:
+    """The same snapshot with every operator control on: per-tenant minimum runtime, a cap on
+    GPUs preempted per epoch and hysteresis, per-job minimum runtimes, and priority classes
+    (tenant-level and snapshot-level) on a deterministic share of the jobs."""
+    import random
+
+    rng = random.Random(seed)
+    tenants = snap["tenants"]
+    assert isinstance(tenants, list)
+    snap["priority_classes"] = {"low": 0.5, "normal": 1.0, "high": 2.0}
+    for k, t in enumerate(tenants):
+        t["preemption"] = {
+            "min_runtime_s": float(rng.choice((0, 300, 1800))),
+            "max_gpus_per_epoch": rng.choice((None, 1, 4, 8)),
+            "hysteresis": rng.choice((0.0, 0.2, 1.0)),
+        }
+        if k % 2 == 0:
+            t["priority_classes"] = {"batch": 0.25, "urgent": 4.0}
+    classes = {t["id"]: [*snap["priority_classes"], *(t.get("priority_classes") or {})] for t in tenants}
+    jobs = snap["jobs"]
+    assert isinstance(jobs, list)
+    for j in jobs:
+        if rng.random() < 0.6:
+            j["priority_class"] = rng.choice(classes[j["tenant"]])
+        if rng.random() < 0.2:
+            j["min_runtime_s"] = float(rng.choice((60, 600, 3600)))
+    return parse_snapshot(snap)
+
+
+HIGHS = SolveParams(backend="highs", time_limit_s=2.0)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_greedy_is_stable_with_every_knob(seed: int) -> None:
+    run_epochs(with_every_knob(generate("tiny", seed), seed), GREEDY)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_highs_is_stable_with_every_knob(seed: int) -> None:
+    run_epochs(with_every_knob(generate("tiny", seed), seed), HIGHS)
+
+
+def test_greedy_is_stable_with_every_knob_at_venus_size() -> None:
+    run_epochs(with_every_knob(generate("venus", 1), 1), GREEDY)
