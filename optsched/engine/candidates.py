@@ -29,6 +29,7 @@ from collections import defaultdict
 from optsched.engine import assurance as asr
 from optsched.engine.objective import DEFAULT_WEIGHTS, ObjectiveWeights, job_value, preemption_cost
 from optsched.engine.problem import EpochProblem, GuestCandidate, PendingClass, RunningItem
+from optsched.engine.quota_tree import EMPTY, LoanMatcher, QuotaTree
 from optsched.engine.state import ClusterState
 from optsched.predict.base import Predictions, Predictor
 from optsched.schema.snapshot import Job, Snapshot, Tenant
@@ -157,7 +158,9 @@ def build_problem(
             held_own[r.tenant][r.type] += r.gpus
         if not r.candidate:
             fixed[r.type] += r.gpus
-    kept_over, short, over_notes = _over_quota(held_all, held_own, quota, borrow, lend, ten_ids, types)
+    kept_over, short, over_notes = _over_quota(
+        held_all, held_own, quota, borrow, lend, ten_ids, types, state.tree
+    )
     # where lenders cannot cover all on-loan use, some on-loan jobs must stop whatever starts;
     # which ones is the model's choice, so any of them may free GPUs that nothing uses
     on_loan_gpus = [0] * nt
@@ -334,6 +337,7 @@ def build_problem(
         preempt_cap=tuple(
             t.preemption.max_gpus_per_epoch if t.preemption is not None else None for t in snap.tenants
         ),
+        tree=state.tree,
     )
 
 
@@ -345,6 +349,7 @@ def _over_quota(
     lend: tuple[tuple[int | None, ...], ...],
     tenants: tuple[str, ...],
     types: tuple[str, ...],
+    tree: QuotaTree = EMPTY,
 ) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...], list[str]]:
     """Over-quota use the lenders cannot cover, per tenant and type, and the on-loan deficit.
 
@@ -352,12 +357,23 @@ def _over_quota(
     without a loan (tenants in snapshot order, each within its ``borrow_limit``); what stays
     uncovered is *kept over quota* (amended invariant 4). What is left covers on-loan use; the
     rest of the on-loan use is the *deficit*: those jobs must be reclaimed, whatever starts.
+    With quota groups limiting a type, the cover is matched inside subtrees first, within
+    every group's limits (:class:`~optsched.engine.quota_tree.LoanMatcher`).
     """
     nk, nt = len(tenants), len(types)
     kept = [[0] * nt for _ in range(nk)]
     deficit = [0] * nt
     notes: list[str] = []
     for t in range(nt):
+        if not tree.empty and tree.limited(types[t]):
+            _over_quota_tree(held_all, held_own, quota, borrow, lend, t, types[t], tree, kept, deficit)
+            for i in range(nk):
+                if kept[i][t] > 0:
+                    notes.append(
+                        f"tenant {tenants[i]} runs {kept[i][t]} '{types[t]}' GPUs above its quota with "
+                        "no lender to cover them: they keep running, nothing starts on top of them"
+                    )
+            continue
         pool = 0
         for i in range(nk):
             idle = quota[i][t] - held_all[i][t]
@@ -390,3 +406,39 @@ def _over_quota(
             room[i] -= cover
             deficit[t] += on_loan - cover
     return tuple(tuple(r) for r in kept), tuple(deficit), notes
+
+
+def _over_quota_tree(
+    held_all: list[list[int]],
+    held_own: list[list[int]],
+    quota: tuple[tuple[int, ...], ...],
+    borrow: tuple[tuple[int | None, ...], ...],
+    lend: tuple[tuple[int | None, ...], ...],
+    t: int,
+    tname: str,
+    tree: QuotaTree,
+    kept: list[list[int]],
+    deficit: list[int],
+) -> None:
+    """:func:`_over_quota` for one type under group limits (writes ``kept`` and ``deficit``)."""
+    nk = len(quota)
+    supply: dict[int, int] = {}
+    for i in range(nk):
+        idle = quota[i][t] - held_all[i][t]
+        if idle > 0:
+            lim = lend[i][t]
+            supply[i] = idle if lim is None else min(idle, lim)
+    match = LoanMatcher(tree, tname, supply, range(nk))
+    room = [1 << 60 if borrow[i][t] is None else borrow[i][t] for i in range(nk)]
+    over = [max(0, held_own[i][t] - quota[i][t]) for i in range(nk)]
+    got = [0] * nk
+    for _, b, g in match.cover([(i, min(over[i], room[i])) for i in range(nk) if over[i] > 0]):
+        got[b] += g
+    for i in range(nk):
+        room[i] -= got[i]
+        kept[i][t] = over[i] - got[i]
+    on_loan = [held_all[i][t] - max(held_own[i][t], quota[i][t]) for i in range(nk)]
+    got = [0] * nk
+    for _, b, g in match.cover([(i, min(on_loan[i], room[i])) for i in range(nk) if on_loan[i] > 0]):
+        got[b] += g
+    deficit[t] += sum(on_loan[i] - got[i] for i in range(nk) if on_loan[i] > 0)

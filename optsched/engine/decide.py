@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from optsched.engine import assurance as asr
 from optsched.engine.check import over_quota_note
 from optsched.engine.problem import Assignment, EpochProblem
+from optsched.engine.quota_tree import LoanMatcher
 from optsched.engine.state import ClusterState, GpuKey
 from optsched.predict.base import Predictions
 from optsched.schema.decision import (
@@ -241,11 +242,15 @@ def derive_loans(
     kept uncovered (amended invariant 4). The lenders' idle quota first covers the rest of the
     excess (what the model counted on: new loans and on-loan jobs it kept), then, with what is
     left, as much of the kept use as it can (no lendable quota may stay idle while kept use is
-    uncovered). Returns the loans and the excess no lender could cover.
+    uncovered). With quota groups, lenders inside the borrower's smallest enclosing subtree
+    come first, then further out, and no loan breaks a group's borrow or lend limit
+    (:class:`~optsched.engine.quota_tree.LoanMatcher`). Returns the loans and the excess no
+    lender could cover.
     """
     kept = kept or {}
     loans: list[Loan] = []
     uncovered: dict[tuple[str, str], int] = {}
+    tree, tix, ids = state.tree, state.tenant_index, state.tenant_ids
     for t in state.type_names:
         avail: dict[str, int] = {}
         for ten in state.tenant_ids:
@@ -265,21 +270,19 @@ def derive_loans(
                 bl = state.borrow_limit(ten, t)
                 room[ten] = e if bl is None else min(e, bl)
                 covered[ten] = 0
+        # quota groups: lenders inside the borrower's smallest enclosing subtree first, within
+        # every group's limits (flat: each borrower takes from the lenders in order)
+        match = LoanMatcher(tree, t, {tix[x]: avail[x] for x in order}, [tix[x] for x in order])
         for first in (True, False):
+            demands: list[tuple[int, int]] = []
             for ten in excess:
                 need = room[ten] - covered[ten]
                 if first:
                     need = min(need, excess[ten] - kept.get((ten, t), 0))
-                for lender in order:
-                    if need <= 0:
-                        break
-                    if avail[lender] <= 0 or lender == ten:
-                        continue
-                    g = min(avail[lender], need)
-                    loans.append(Loan(lender=lender, borrower=ten, gpu_type=t, gpus=g))
-                    avail[lender] -= g
-                    need -= g
-                    covered[ten] += g
+                demands.append((tix[ten], need))
+            for lender, borrower, g in match.cover(demands):
+                loans.append(Loan(lender=ids[lender], borrower=ids[borrower], gpu_type=t, gpus=g))
+                covered[ids[borrower]] += g
         for ten, e in excess.items():
             if e - covered[ten] > 0:
                 uncovered[(ten, t)] = e - covered[ten]

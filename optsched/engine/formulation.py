@@ -26,6 +26,9 @@ Constraint families, one function each, named after the invariant they enforce
   capacity; per tenant and type, own starts fit in quota,
   :math:`U_{it} - b_{it} + e_{it} \le q_{it} + \kappa_{it}` (:math:`\kappa` the use kept over
   quota, amended invariant 4), and :math:`\sum_i b_{it} \le \sum_i e_{it}`.
+* ``add_group_limits`` (4, hierarchical quotas): per quota group and type, the net loans
+  into the subtree, :math:`\sum_{i \in G} (b_{it} - e_{it})`, within the group's
+  ``borrow_limit``, and the net loans out of it within its ``lend_limit``.
 * ``add_preemption_rules`` (3): only candidates get a :math:`z` variable (preemptible
   best-effort, on-loan and guest jobs); stopping a host stops its guest; and GPUs freed on a
   type are used by starts on that type in the same decision,
@@ -45,6 +48,7 @@ from dataclasses import dataclass, field
 
 from optsched.engine.backends.base import SolveResult, SolveStatus
 from optsched.engine.problem import Assignment, EpochProblem
+from optsched.engine.quota_tree import LoanMatcher
 
 
 @dataclass
@@ -208,6 +212,31 @@ def add_capacity_and_loans(m: LinearModel, p: EpochProblem) -> None:
             if total:
                 hi = p.quota[i][t] - held_all[i][t] + p.kept_over[i][t]
                 m.add(total, -INF, hi, f"tenant_use[{ten},{tname}]")
+    add_group_limits(m, p)
+
+
+def add_group_limits(m: LinearModel, p: EpochProblem) -> None:
+    r"""Hierarchical quotas: per quota group :math:`G` and type, the net flow of loans across
+    its boundary, :math:`\sum_{i \in G} (b_{it} - e_{it})`, is at most its ``borrow_limit``
+    (``group_borrow``) and at least minus its ``lend_limit`` (``group_lend``). Loans matched
+    inside the smallest enclosing subtree first cross each boundary by exactly that net amount
+    (``optsched.engine.quota_tree``), so these rows are the whole tree's rule."""
+    tree = p.tree
+    for g, node in enumerate(tree.groups):
+        for t, tname in enumerate(p.types):
+            bl, ll = tree.borrow_limit(g, tname), tree.lend_limit(g, tname)
+            if bl is None and ll is None:
+                continue
+            net: dict[int, int] = {}
+            for i in node.members:
+                if (i, t) in m.borrow:
+                    net[m.borrow[(i, t)]] = 1
+                if (i, t) in m.lend:
+                    net[m.lend[(i, t)]] = -1
+            if bl is not None:
+                m.add(net, -INF, bl, f"group_borrow[{node.id},{tname}]")
+            if ll is not None:
+                m.add({v: -c for v, c in net.items()}, -INF, ll, f"group_lend[{node.id},{tname}]")
 
 
 def add_preemption_rules(m: LinearModel, p: EpochProblem) -> None:
@@ -363,6 +392,9 @@ def from_assignment(m: LinearModel, p: EpochProblem, a: Assignment) -> list[int]
     # minimal loans: borrowers take exactly their excess, lenders give idle quota in order
     use = a.use(p)
     for t in range(len(p.types)):
+        if not p.tree.empty and p.tree.limited(p.types[t]):
+            _tree_loans(m, p, use, t, x)
+            continue
         need = 0
         for i in range(len(p.tenants)):
             excess = use[i][t] - p.quota[i][t] - p.kept_over[i][t]
@@ -379,6 +411,24 @@ def from_assignment(m: LinearModel, p: EpochProblem, a: Assignment) -> list[int]
             x[m.lend[(i, t)]] = give
             need -= give
     return x
+
+
+def _tree_loans(m: LinearModel, p: EpochProblem, use: list[list[int]], t: int, x: list[int]) -> None:
+    """Minimal loans of the warm start on a type some quota group limits: matched inside the
+    smallest enclosing subtree first, within the groups' limits."""
+    demands: list[tuple[int, int]] = []
+    for i in range(len(p.tenants)):
+        excess = use[i][t] - p.quota[i][t] - p.kept_over[i][t]
+        if excess > 0 and (i, t) in m.borrow:
+            x[m.borrow[(i, t)]] = excess
+            demands.append((i, excess))
+    supply = {
+        i: min(max(0, p.quota[i][t] - use[i][t]), m.ub[m.lend[(i, t)]])
+        for i in range(len(p.tenants))
+        if (i, t) in m.lend
+    }
+    for lender, _, g in LoanMatcher(p.tree, p.types[t], supply, range(len(p.tenants))).cover(demands):
+        x[m.lend[(lender, t)]] += g
 
 
 def is_feasible(m: LinearModel, x: list[int]) -> bool:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from optsched.engine.objective import DEFAULT_WEIGHTS, ObjectiveWeights
+from optsched.engine.quota_tree import EMPTY, QuotaTree
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,8 @@ class EpochProblem:
     """Per tenant: most GPUs of its jobs preempted for priority in one decision (its
     ``preemption.max_gpus_per_epoch``); None or missing: no cap. On-loan jobs (reclaim) and
     MPS guests do not count."""
+    tree: QuotaTree = EMPTY
+    """The quota groups above the tenants (tenant indices are the problem's); empty: flat."""
 
     def cap_of(self, tenant: int) -> int | None:
         """The tenant's priority-preemption cap in GPUs, if any."""

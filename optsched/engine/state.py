@@ -16,6 +16,7 @@ from typing import Any
 import networkx as nx
 from pydantic import ValidationError
 
+from optsched.engine.quota_tree import EMPTY, QuotaTree, build_tree
 from optsched.errors import SnapshotError
 from optsched.schema.snapshot import Job, Snapshot
 
@@ -78,6 +79,8 @@ class ClusterState:
     """Running job ids on each GPU (host first)."""
     host_of: dict[str, str] = field(default_factory=dict)
     """Running MPS guest -> its host job."""
+    tree: QuotaTree = EMPTY
+    """The quota groups above the tenants (``Snapshot.groups``); empty for a flat snapshot."""
 
     # ---------------------------------------------------------------- construction
     @classmethod
@@ -111,6 +114,8 @@ class ClusterState:
                 for key in getattr(ten, name) or {}:
                     if key not in types:
                         raise SnapshotError(f"tenants[{i}].{name}.{key}", f"unknown GPU type '{key}'")
+
+        tree = build_tree(snap)
 
         pool: set[GpuKey] = set()
         if snap.workflows is not None:
@@ -237,6 +242,7 @@ class ClusterState:
             pool_gpus=frozenset(pool),
             gpu_holders=gpu_holders,
             host_of=host_of,
+            tree=tree,
         )
 
     # ---------------------------------------------------------------- lookups

@@ -13,6 +13,8 @@ Fields optsched adds to format 1 (see "Added fields" in ``docs/snapshot-format.m
 * ``Tenant.preemption``, ``Job.min_runtime_s``: operator controls against preemption thrash.
 * ``Job.priority_class``, ``Tenant.priority_classes``, ``Snapshot.priority_classes``: named
   priority levels inside a tenant.
+* ``Snapshot.groups``, ``Tenant.parent``: hierarchical quotas (a tree of quota groups above the
+  tenants, with borrow and lend limits at every level).
 """
 
 from __future__ import annotations
@@ -134,6 +136,42 @@ class Tenant(_Strict):
         default=None,
         description="Weights of named priority classes for the tenant's jobs (added by optsched); "
         "a name listed here overrides the snapshot-level table.",
+    )
+    parent: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Id of the quota group the tenant belongs to (added by optsched); null: the "
+        "tenant sits at the top level, under no group.",
+    )
+
+
+class QuotaGroup(_Strict):
+    """A node of the quota tree (added by optsched): an org, team or project above tenants.
+
+    A group holds no GPUs of its own: its quota is the sum of the quotas of the tenants below
+    it. Its limits bound the loans that cross its boundary (see "Quota trees" in
+    ``docs/snapshot-format.md``)."""
+
+    id: str = Field(min_length=1, description="Unique group id (not also a tenant id).")
+    parent: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Id of the enclosing group; null: a top-level group.",
+    )
+    quota: dict[str, NonNegativeInt] | None = Field(
+        default=None,
+        description="The subtree's guaranteed GPUs per type; when given it must equal the sum of "
+        "the quotas of the tenants below the group (a type not listed: 0); null: that sum.",
+    )
+    borrow_limit: dict[str, NonNegativeInt] | None = Field(
+        default=None,
+        description="Most GPUs per type that tenants inside the group may borrow from tenants "
+        "outside it, in all; null, or a type not listed: no limit.",
+    )
+    lend_limit: dict[str, NonNegativeInt] | None = Field(
+        default=None,
+        description="Most GPUs per type of the quota of tenants inside the group that tenants "
+        "outside it may borrow, in all; null, or a type not listed: no limit.",
     )
 
 
@@ -359,6 +397,11 @@ class Snapshot(_Strict):
     gpu_types: dict[str, GpuType] = Field(description="The GPU types of the fleet, by name.")
     nodes: list[Node] = Field(description="The machines of the fleet.")
     tenants: list[Tenant] = Field(description="The tenants sharing the fleet.")
+    groups: list[QuotaGroup] | None = Field(
+        default=None,
+        description="Quota groups above the tenants, forming a tree through their `parent` "
+        "(added by optsched); null or empty: a flat list of tenants.",
+    )
     jobs: list[Job] = Field(default_factory=list, description="Pending and running GPU jobs.")
     workflows: Workflows | None = Field(
         default=None, description="Multi-agent workflow sessions on a serving pool, if any."

@@ -39,6 +39,7 @@ class _Ledger:
         self._pool = [
             sum(self._share(i, t) for i in range(len(p.tenants))) for t in range(len(p.types))
         ]
+        self._limited = [not p.tree.empty and p.tree.limited(name) for name in p.types]
         if a is not None:
             for r in a.preempt:
                 _preempt(self, p, r)
@@ -59,12 +60,21 @@ class _Ledger:
         return 0
 
     def pool(self, t: int) -> int:
-        """Lendable idle quota minus current borrowing on type ``t``."""
+        """Lendable idle quota minus current borrowing on type ``t`` (with quota groups
+        limiting the type: what reaches the root within the groups' lend limits)."""
+        if self._limited[t]:
+            return self.p.tree.net_values(self._shares(t), self.p.types[t])[1]
         return self._pool[t]
+
+    def _shares(self, t: int) -> list[int]:
+        return [self._share(i, t) for i in range(len(self.p.tenants))]
 
     def borrow_ok(self, i: int, t: int) -> bool:
         bl = self.p.borrow_limit[i][t]
-        return bl is None or self.use[i][t] - self.p.quota[i][t] - self.p.kept_over[i][t] <= bl
+        if bl is not None and self.use[i][t] - self.p.quota[i][t] - self.p.kept_over[i][t] > bl:
+            return False
+        # quota groups: no subtree borrows more than its borrow_limit
+        return not self._limited[t] or self.p.tree.blocking_group(self._shares(t), self.p.types[t]) is None
 
     def apply(self, i: int, t: int, g: int, own: bool, sign: int = 1) -> None:
         self.free[t] -= sign * g
@@ -354,11 +364,18 @@ def _reclaim(
     guests_of_host: dict[str, list[int]],
 ) -> tuple[int, bool] | None:
     """Preempt on-loan jobs of other tenants (cheapest per GPU first, from the per-type lists
-    in ``victims``) until a member of class ``c`` fits on one of its own types."""
+    in ``victims``, outside the claimant's subtree first) until a member of class ``c`` fits on
+    one of its own types."""
     cls = p.pending[c]
+    depth = p.tree.lca_depth
     for t in cls.own_types:
         taken: list[int] = []
-        for r in victims.get(t, []):
+        # quota trees: on-loan jobs of tenants farthest from the claimant go first (a subtree
+        # takes back what it lent outside before what its own members borrow); stable sort
+        order = victims.get(t, [])
+        if not p.tree.empty:
+            order = sorted(order, key=lambda r: depth(p.running[r].tenant, cls.tenant))
+        for r in order:
             run = p.running[r]
             if run.tenant == cls.tenant or r in a.preempt or r in a.guests.values():
                 continue
