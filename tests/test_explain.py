@@ -146,6 +146,7 @@ class After:
             "lendable": lendable,
             "idle_elsewhere": idle_else,
             "borrow_room": room,
+            "group": None,  # flat snapshots: no quota group binds
         }
 
 

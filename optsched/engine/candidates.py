@@ -408,6 +408,10 @@ def _over_quota(
     return tuple(tuple(r) for r in kept), tuple(deficit), notes
 
 
+def _room(limit: int | None) -> int:
+    return 1 << 60 if limit is None else limit
+
+
 def _over_quota_tree(
     held_all: list[list[int]],
     held_own: list[list[int]],
@@ -429,7 +433,7 @@ def _over_quota_tree(
             lim = lend[i][t]
             supply[i] = idle if lim is None else min(idle, lim)
     match = LoanMatcher(tree, tname, supply, range(nk))
-    room = [1 << 60 if borrow[i][t] is None else borrow[i][t] for i in range(nk)]
+    room = [_room(borrow[i][t]) for i in range(nk)]
     over = [max(0, held_own[i][t] - quota[i][t]) for i in range(nk)]
     got = [0] * nk
     for _, b, g in match.cover([(i, min(over[i], room[i])) for i in range(nk) if over[i] > 0]):

@@ -16,6 +16,8 @@
                         (``min-runtime``, ``preemption-cap``)
  4  capacity-and-loans  per type: use within capacity, use above quota     ``check_capacity_and_loans``
                         covered by loans within borrow and lend limits,
+                        at every level of the quota tree (group
+                        borrow/lend limits, subtree use: ``_check_groups``),
                         lenders lend idle quota; old over-quota use may
                         stay when no lender can cover it (said in
                         ``solver.notes``, see :func:`over_quota_note`)
@@ -38,6 +40,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from optsched.engine.quota_tree import group_flows
 from optsched.engine.state import ClusterState, GpuKey
 from optsched.engine.violations import INVARIANT_NAMES, Violation
 from optsched.schema.decision import Decision, PreemptReason
@@ -436,6 +439,77 @@ def _loan_totals(
     return lent_in, lent_out
 
 
+def _good_loans(state: ClusterState, decision: Decision) -> list[tuple[int, int, str, int]]:
+    """The well-formed loans of ``decision`` as (lender index, borrower index, type, GPUs)."""
+    tix = state.tenant_index
+    return [
+        (tix[ln.lender], tix[ln.borrower], ln.gpu_type, ln.gpus)
+        for ln in decision.loans
+        if ln.lender in tix
+        and ln.borrower in tix
+        and ln.lender != ln.borrower
+        and ln.gpu_type in state.snapshot.gpu_types
+    ]
+
+
+def _check_groups(
+    state: ClusterState,
+    use: dict[tuple[str, str], int],
+    into: dict[tuple[int, str], int],
+    outof: dict[tuple[int, str], int],
+    kept_ok: dict[tuple[str, str], int],
+) -> list[Violation]:
+    """Invariant 4 at every level of the quota tree, per group and type:
+
+    * ``group-borrow-limit``: GPUs lent into the group by tenants outside it are within its
+      ``borrow_limit``;
+    * ``group-lend-limit``: GPUs lent by tenants inside it to tenants outside it are within its
+      ``lend_limit``;
+    * ``group-use``: the subtree's use is within its quota (the sum of its tenants' quotas) plus
+      what flows in minus what flows out, plus the use its tenants keep over quota (amended
+      invariant 4).
+    """
+    out: list[Violation] = []
+    tree = state.tree
+    ids = state.tenant_ids
+    for g, node in enumerate(tree.groups):
+        for t in state.type_names:
+            gi, go = into.get((g, t), 0), outof.get((g, t), 0)
+            bl, ll = tree.borrow_limit(g, t), tree.lend_limit(g, t)
+            if bl is not None and gi > bl:
+                out.append(
+                    Violation(
+                        4,
+                        f"group '{node.id}' borrows {gi} '{t}' GPUs from tenants outside it, "
+                        f"borrow_limit {bl}",
+                        (node.id,),
+                    )
+                )
+            if ll is not None and go > ll:
+                out.append(
+                    Violation(
+                        4,
+                        f"group '{node.id}' lends {go} '{t}' GPUs to tenants outside it, lend_limit {ll}",
+                        (node.id,),
+                    )
+                )
+            members = [ids[i] for i in node.members]
+            u = sum(use.get((m, t), 0) for m in members)
+            q = sum(state.quota(m, t) for m in members)
+            kept = sum(kept_ok.get((m, t), 0) for m in members)
+            if u > q + gi - go + kept:
+                more = f" + {kept} kept over quota" if kept else ""
+                out.append(
+                    Violation(
+                        4,
+                        f"group '{node.id}' uses {u} '{t}' GPUs: quota {q} + {gi} lent in - {go} lent "
+                        f"out{more}",
+                        (node.id,),
+                    )
+                )
+    return out
+
+
 def check_capacity_and_loans(state: ClusterState, decision: Decision, after: _After) -> list[Violation]:
     """Invariant 4 (capacity-and-loans), with the over-quota amendment.
 
@@ -447,7 +521,8 @@ def check_capacity_and_loans(state: ClusterState, decision: Decision, after: _Af
     (ii) the decision starts no non-guest job of that tenant on that type;
     (iii) no lender could cover it: every other tenant's lendable idle quota on the type
           (quota minus its use after the decision, within ``lend_limit``, minus what it already
-          lends) is zero, or the tenant's ``borrow_limit`` is reached;
+          lends, within the room left under the limits of the quota groups the loan would
+          cross) is zero, or the tenant's ``borrow_limit`` is reached;
     (iv) ``solver.notes`` holds :func:`over_quota_note` for that tenant and type.
     """
     out: list[Violation] = []
@@ -485,6 +560,26 @@ def check_capacity_and_loans(state: ClusterState, decision: Decision, after: _Af
         return idle if ll is None else min(idle, ll - lo)
 
     noted = _noted_over_quota(decision.solver.notes)
+    tree = state.tree
+    into, outof = group_flows(tree, _good_loans(state, decision))
+    tix = state.tenant_index
+
+    def reach(lender: str, borrower: str, t: str) -> int:
+        """What ``lender`` could still lend ``borrower`` on ``t``: its lendable idle quota, within
+        the room left under the limits of every quota group the loan would cross."""
+        give = lendable(lender, t)
+        go, gi = tree.crossing(tix[lender], tix[borrower])
+        for g in go:
+            ll = tree.lend_limit(g, t)
+            if ll is not None:
+                give = min(give, ll - outof.get((g, t), 0))
+        for g in gi:
+            bl = tree.borrow_limit(g, t)
+            if bl is not None:
+                give = min(give, bl - into.get((g, t), 0))
+        return give
+
+    kept_ok: dict[tuple[str, str], int] = defaultdict(int)  # excess allowed as kept over quota
     for ten in state.tenant_ids:
         for t in state.type_names:
             q = state.quota(ten, t)
@@ -499,7 +594,8 @@ def check_capacity_and_loans(state: ClusterState, decision: Decision, after: _Af
                     msg = f"tenant '{ten}' uses {u} '{t}' GPUs: quota {q} + loans {li}{more}"
                     out.append(Violation(4, msg, (ten,)))
                 else:
-                    out += _kept_over_quota(state, ten, t, excess, starts[(ten, t)], bl, li, lendable, noted)
+                    kept_ok[(ten, t)] = excess
+                    out += _kept_over_quota(state, ten, t, excess, starts[(ten, t)], bl, li, reach, noted)
             if bl is not None and li > bl:
                 out.append(Violation(4, f"tenant '{ten}' borrows {li} '{t}' GPUs, borrow_limit {bl}", (ten,)))
             ll = state.lend_limit(ten, t)
@@ -513,6 +609,7 @@ def check_capacity_and_loans(state: ClusterState, decision: Decision, after: _Af
                         (ten,),
                     )
                 )
+    out += _check_groups(state, use, into, outof, kept_ok)
     # jobs started inside quota must fit the quota (on_loan marks borrowed capacity)
     for (ten, t), started in sorted(own_started.items()):
         q = state.quota(ten, t)
@@ -539,7 +636,7 @@ def _kept_over_quota(
     started: list[str],
     borrow_limit: int | None,
     received: int,
-    lendable: Callable[[str, str], int],
+    reach: Callable[[str, str, str], int],
     noted: set[tuple[str, str]],
 ) -> list[Violation]:
     """Conditions (ii)-(iv) of the over-quota amendment for ``excess`` GPUs of ``ten`` on ``t``."""
@@ -555,9 +652,9 @@ def _kept_over_quota(
             )
         )
     if borrow_limit is None or received < borrow_limit:
-        lenders = [o for o in state.tenant_ids if o != ten and lendable(o, t) > 0]
+        lenders = [o for o in state.tenant_ids if o != ten and reach(o, ten, t) > 0]
         if lenders:
-            can = ", ".join(f"'{o}' {lendable(o, t)}" for o in lenders)
+            can = ", ".join(f"'{o}' {reach(o, ten, t)}" for o in lenders)
             out.append(
                 Violation(
                     4,

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from optsched.engine import assurance as asr
 from optsched.engine.check import over_quota_note
 from optsched.engine.problem import Assignment, EpochProblem
-from optsched.engine.quota_tree import LoanMatcher
+from optsched.engine.quota_tree import LoanMatcher, group_flows
 from optsched.engine.state import ClusterState, GpuKey
 from optsched.predict.base import Predictions
 from optsched.schema.decision import (
@@ -398,6 +398,42 @@ class _Ledger:
                 self.lendable[(ten, t)] = give
                 self.idle_sum[t] += idle
                 self.lend_sum[t] += give
+        # quota groups: what flows into and out of each subtree through the decision's loans
+        tix = state.tenant_index
+        self.into, self.outof = group_flows(
+            state.tree, [(tix[ln.lender], tix[ln.borrower], ln.gpu_type, ln.gpus) for ln in loans]
+        )
+
+    def group_binding(
+        self, ten: str, t: str, to_borrow: int, lendable: int
+    ) -> tuple[Binding, str, int] | None:
+        """A quota group's limit that keeps ``to_borrow`` more GPUs of ``t`` from reaching
+        ``ten``: (binding, group id, missing), the tightest borrow_limit of its groups first,
+        then the lend_limit of the group that cuts the most off the others' lendable quota."""
+        tree = self.state.tree
+        if tree.empty or to_borrow <= 0:
+            return None
+        i = self.state.tenant_index[ten]
+        best: tuple[int, int] | None = None
+        for g in tree.ancestors(i):
+            bl = tree.borrow_limit(g, t)
+            if bl is None:
+                continue
+            room = bl - self.into.get((g, t), 0)
+            if room < to_borrow and (best is None or room < best[0]):
+                best = (room, g)
+        if best is not None:
+            return "borrow_limit", tree.groups[best[1]].id, to_borrow - max(0, best[0])
+        out_room: dict[int, int] = {}
+        for g in range(len(tree.groups)):
+            ll = tree.lend_limit(g, t)
+            if ll is not None:
+                out_room[g] = ll - self.outof.get((g, t), 0)
+        supply = [self.lendable[(o, t)] for o in self.state.tenant_ids]
+        reach, grp = tree.reachable(i, supply, out_room)
+        if reach < to_borrow <= lendable and grp is not None:
+            return "lend_limit", tree.groups[grp].id, to_borrow - reach
+        return None
 
     def fit(self, ten: str, g: int, t: str) -> TypeFit:
         """Why a gang of ``g`` GPUs of tenant ``ten`` does not start on ``t`` (see TypeFit)."""
@@ -415,6 +451,7 @@ class _Ledger:
         bl = st.borrow_limit(ten, t)
         room = None if bl is None else bl - li
         binding: Binding
+        group: str | None = None
         if cap == 0:
             binding, missing = "type_unavailable", g
         elif cap < g:
@@ -428,6 +465,8 @@ class _Ledger:
             binding, missing = "over_quota_kept", to_borrow
         elif room is not None and room < to_borrow:
             binding, missing = "borrow_limit", to_borrow - max(0, room)
+        elif (by_group := self.group_binding(ten, t, to_borrow, lendable)) is not None:
+            binding, group, missing = by_group
         elif lendable < to_borrow:
             binding = "lend_limit" if idle_else >= to_borrow else "no_lender"
             missing = to_borrow - lendable
@@ -449,6 +488,7 @@ class _Ledger:
             lendable=lendable,
             idle_elsewhere=idle_else,
             borrow_room=room,
+            group=group,
         )
 
     def of_type(self, t: str, ten: str | None = None) -> list[str]:
@@ -587,6 +627,16 @@ def _fit_text(led: _Ledger, f: TypeFit, ten: str, g: int) -> str:
             "starts on top of them"
         )
     need = f"starting it would take {f.to_borrow} more on loan"
+    if f.group is not None and b == "borrow_limit":
+        return (
+            f"{head}; {need}, but its quota group {f.group} reaches its borrow_limit: tenants inside "
+            f"{f.group} may borrow only {f.to_borrow - f.missing} more from tenants outside it"
+        )
+    if f.group is not None and b == "lend_limit":
+        return (
+            f"{head}; {need}: the other tenants could lend {f.lendable}, but the lend_limit of quota "
+            f"group {f.group} lets only {f.to_borrow - f.missing} of it reach {ten}"
+        )
     if b == "borrow_limit":
         room = f.borrow_room or 0
         return (

@@ -153,7 +153,35 @@ class QuotaTree:
         vals, root = self.net_values(share, gpu_type)
         if root < 0:
             return False
-        return self.blocking_group(share, gpu_type) is None if self.groups else True
+        return all(
+            self.borrow_limit(g, gpu_type) is None or vals[g] >= -(self.borrow_limit(g, gpu_type) or 0)
+            for g in range(len(self.groups))
+        )
+
+
+    def reachable(
+        self, tenant: int, supply: Sequence[int], out_room: Mapping[int, int]
+    ) -> tuple[int, int | None]:
+        """What the others' lendable quota ``supply`` can lend ``tenant`` once every group not
+        holding it caps what leaves it by ``out_room`` (lend_limit minus what it lends; groups
+        absent: no limit). Returns that total and the group whose cap cuts the most (None: no
+        cap cuts)."""
+        anc = self._anc_sets[tenant] if self.groups else frozenset()
+        vals = [0] * len(self.groups)
+        cut: tuple[int, int | None] = (0, None)
+        for g in self.bottom_up:
+            node = self.groups[g]
+            v = sum(supply[i] for i in node.tenants if i != tenant)
+            v += sum(vals[c] for c in node.children)
+            if g not in anc and g in out_room and v > max(0, out_room[g]):
+                capped = max(0, out_room[g])
+                if v - capped > cut[0]:
+                    cut = (v - capped, g)
+                v = capped
+            vals[g] = v
+        total = sum(supply[i] for i in self.top_tenants if i != tenant)
+        total += sum(vals[g] for g in self.top_groups)
+        return total, cut[1]
 
 
 EMPTY = QuotaTree()
@@ -255,7 +283,9 @@ class LoanMatcher:
     order.
     """
 
-    def __init__(self, tree: QuotaTree, gpu_type: str, supply: Mapping[int, int], order: Iterable[int]) -> None:
+    def __init__(
+        self, tree: QuotaTree, gpu_type: str, supply: Mapping[int, int], order: Iterable[int]
+    ) -> None:
         self.tree = tree
         self.avail = dict(supply)
         self.order = [x for x in order if self.avail.get(x, 0) > 0]

@@ -124,6 +124,12 @@ class TypeFit(_Strict):
         default=None,
         description="The tenant's borrow_limit on the type minus the loans it receives; null: no limit.",
     )
+    group: str | None = Field(
+        default=None,
+        description="The quota group whose borrow_limit or lend_limit binds (binding borrow_limit or "
+        "lend_limit at a group level, added by optsched); null: the tenants' own limits bind, or "
+        "no limit does.",
+    )
 
 
 class Explanation(_Strict):
