@@ -7,6 +7,9 @@ Sizes:
   Venus' virtual clusters), about 600 running and 500 pending jobs;
 * ``large``: 10,000 GPUs of three types, 40 tenants, 5,000 pending jobs.
 
+``tree=True`` (``optsched generate --tree``) adds a quota tree (orgs -> teams -> tenants, with
+group borrow and lend limits) above the same tenants.
+
 Job sizes follow Venus' skew (most jobs 1 GPU, a tail of 8-64 GPU gangs), runtimes are
 lognormal around Venus' median, and running jobs fill roughly 85% of the GPUs, some of them on
 loan and some as MPS pairs, so every model feature is exercised.
@@ -99,8 +102,59 @@ def _spec(size: Size, rng: np.random.Generator) -> _Spec:
     )
 
 
-def generate(size: Size = "tiny", seed: int = 0, now: float = 86400.0) -> dict[str, Any]:
-    """A valid format-1 snapshot as a JSON-ready dict."""
+def quota_tree(snap: dict[str, Any], seed: int = 0) -> dict[str, Any]:
+    """Put the tenants of ``snap`` under a 3-level quota tree (in place; returns ``snap``).
+
+    Tenants are the projects, split in tenant order over at least two orgs (about four tenants
+    each), two to a team (``org<k>`` -> ``org<k>.team<j>`` -> tenants). Orgs state their
+    quota (the sum of their tenants'); each group gets, at random, a ``borrow_limit`` and a
+    ``lend_limit`` on some types of half its
+    subtree quota. Its own random stream (from ``seed``), so the flat part is the same as
+    without a tree.
+    """
+    rng = np.random.default_rng([seed, 7919])
+    tenants = snap["tenants"]
+    types = list(snap["gpu_types"])
+    groups: list[dict[str, Any]] = []
+    teams: list[tuple[str, list[dict[str, Any]]]] = []
+    n_orgs = max(2, -(-len(tenants) // 4)) if len(tenants) > 1 else 1
+    per_org = -(-len(tenants) // n_orgs)
+    for o in range(n_orgs):
+        org = f"org{o}"
+        in_org = tenants[o * per_org : (o + 1) * per_org]
+        if not in_org:
+            continue
+        groups.append({"id": org, "parent": None})
+        for k in range(0, len(in_org), 2):
+            team = f"{org}.team{k // 2}"
+            groups.append({"id": team, "parent": org})
+            members = in_org[k : k + 2]
+            for ten in members:
+                ten["parent"] = team
+            teams.append((team, members))
+    below: dict[str, list[dict[str, Any]]] = {g["id"]: [] for g in groups}
+    for team, members in teams:
+        below[team] += members
+        below[team.split(".")[0]] += members
+    for grp in groups:
+        quota = {t: sum(m["quota"].get(t, 0) for m in below[grp["id"]]) for t in types}
+        if grp["parent"] is None:
+            grp["quota"] = quota
+        for name, prob in (("borrow_limit", 0.5), ("lend_limit", 0.4)):
+            if rng.random() < prob:
+                picked = [t for t in types if rng.random() < 0.6] or types[:1]
+                grp[name] = {t: quota[t] // 2 for t in picked}
+    snap["groups"] = groups
+    return snap
+
+
+def generate(
+    size: Size = "tiny", seed: int = 0, now: float = 86400.0, tree: bool = False
+) -> dict[str, Any]:
+    """A valid format-1 snapshot as a JSON-ready dict; ``tree``: with a quota tree above the
+    tenants (:func:`quota_tree`)."""
+    if tree:
+        return quota_tree(generate(size, seed, now), seed)
     rng = np.random.default_rng(seed)
     spec = _spec(size, rng)
     type_names = list(spec.types)

@@ -157,6 +157,9 @@ def generate(
     size: Annotated[str, typer.Option(help="tiny, venus, medium or large")] = "tiny",
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
     out: Annotated[Path | None, typer.Option("-o", "--out")] = None,
+    tree: Annotated[
+        bool, typer.Option("--tree", help="Put the tenants under a quota tree (orgs -> teams -> tenants).")
+    ] = False,
 ) -> None:
     """Generate a valid random snapshot."""
     from optsched.instances import generate as gen
@@ -165,7 +168,7 @@ def generate(
         fail("--size", f"unknown size '{size}' (tiny, venus, medium, large)")
     if seed < 0:
         fail("--seed", "must be >= 0")
-    emit(json.dumps(gen(size, seed), indent=1), out)  # type: ignore[arg-type]
+    emit(json.dumps(gen(size, seed, tree=tree), indent=1), out)  # type: ignore[arg-type]
 
 
 def show_versions() -> None:
