@@ -78,6 +78,8 @@ class LinearModel:
     preempt: dict[int, int] = field(default_factory=dict)
     borrow: dict[tuple[int, int], int] = field(default_factory=dict)
     lend: dict[tuple[int, int], int] = field(default_factory=dict)
+    inflow: dict[tuple[int, int], int] = field(default_factory=dict)
+    """(quota group, type) -> var: net loans into the group (0 when it lends)."""
 
     def var(self, name: str, lb: int, ub: int, obj: float = 0.0) -> int:
         self.names.append(name)
@@ -213,6 +215,7 @@ def add_capacity_and_loans(m: LinearModel, p: EpochProblem) -> None:
                 hi = p.quota[i][t] - held_all[i][t] + p.kept_over[i][t]
                 m.add(total, -INF, hi, f"tenant_use[{ten},{tname}]")
     add_group_limits(m, p)
+    add_group_inflow(m, p)
 
 
 def add_group_limits(m: LinearModel, p: EpochProblem) -> None:
@@ -237,6 +240,28 @@ def add_group_limits(m: LinearModel, p: EpochProblem) -> None:
                 m.add(net, -INF, bl, f"group_borrow[{node.id},{tname}]")
             if ll is not None:
                 m.add({v: -c for v, c in net.items()}, -INF, ll, f"group_lend[{node.id},{tname}]")
+
+
+def add_group_inflow(m: LinearModel, p: EpochProblem) -> None:
+    r"""Hierarchical quotas, lending inside a subtree first: per quota group and type,
+    :math:`f_{Gt} \ge \sum_{i \in G} (b_{it} - e_{it})`, :math:`f_{Gt} \ge 0`, each GPU of it
+    charged the borrow tie-breaker (``objective.value`` counts the same,
+    ``Assignment.inflow``): among equal plans, the one whose loans cross fewer group
+    boundaries wins."""
+    tree = p.tree
+    for g, node in enumerate(tree.groups):
+        for t, tname in enumerate(p.types):
+            net: dict[int, int] = {}
+            for i in node.members:
+                if (i, t) in m.borrow:
+                    net[m.borrow[(i, t)]] = 1
+                if (i, t) in m.lend:
+                    net[m.lend[(i, t)]] = -1
+            if not net:
+                continue
+            f = m.var(f"inflow[{node.id},{tname}]", 0, p.capacity[t], -p.objective.borrow_penalty)
+            m.inflow[(g, t)] = f
+            m.add({**net, f: -1}, -INF, 0, f"group_inflow[{node.id},{tname}]")
 
 
 def add_preemption_rules(m: LinearModel, p: EpochProblem) -> None:
@@ -392,7 +417,7 @@ def from_assignment(m: LinearModel, p: EpochProblem, a: Assignment) -> list[int]
     # minimal loans: borrowers take exactly their excess, lenders give idle quota in order
     use = a.use(p)
     for t in range(len(p.types)):
-        if not p.tree.empty and p.tree.limited(p.types[t]):
+        if not p.tree.empty:
             _tree_loans(m, p, use, t, x)
             continue
         need = 0
@@ -410,12 +435,25 @@ def from_assignment(m: LinearModel, p: EpochProblem, a: Assignment) -> list[int]
             give = min(idle, m.ub[m.lend[(i, t)]], need)
             x[m.lend[(i, t)]] = give
             need -= give
+    _inflow_values(m, p, x)
     return x
 
 
+def _inflow_values(m: LinearModel, p: EpochProblem, x: list[int]) -> None:
+    """Warm start: each group's inflow variable at its net loans in (0 when it lends)."""
+    for (g, t), f in m.inflow.items():
+        net = 0
+        for i in p.tree.groups[g].members:
+            if (i, t) in m.borrow:
+                net += x[m.borrow[(i, t)]]
+            if (i, t) in m.lend:
+                net -= x[m.lend[(i, t)]]
+        x[f] = max(0, net)
+
+
 def _tree_loans(m: LinearModel, p: EpochProblem, use: list[list[int]], t: int, x: list[int]) -> None:
-    """Minimal loans of the warm start on a type some quota group limits: matched inside the
-    smallest enclosing subtree first, within the groups' limits."""
+    """Minimal loans of the warm start under a quota tree: matched inside the smallest
+    enclosing subtree first, within the groups' limits."""
     demands: list[tuple[int, int]] = []
     for i in range(len(p.tenants)):
         excess = use[i][t] - p.quota[i][t] - p.kept_over[i][t]

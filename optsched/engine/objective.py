@@ -176,5 +176,5 @@ def value(problem: EpochProblem, a: Assignment) -> float:
         val += by_pair[(c, r)]
     for r in a.preempt:
         val -= problem.running[r].cost
-    val -= w.borrow_penalty * a.borrowed(problem)
+    val -= w.borrow_penalty * (a.borrowed(problem) + a.inflow(problem))
     return val

@@ -203,6 +203,33 @@ class Assignment:
                 total += max(0, u - p.quota[i][t] - p.kept_over[i][t])
         return total
 
+    def inflow(self, problem: EpochProblem) -> int:
+        """Quota trees: GPUs lent into quota groups from outside them, summed over groups and
+        types, when loans are matched inside the smallest enclosing subtree first (the least any
+        loans can have; 0 for a flat problem). Each group boundary a loan crosses inward costs
+        the borrow tie-breaker once more, so idle quota goes inside a subtree first."""
+        p = problem
+        if p.tree.empty:
+            return 0
+        use = self.use(p)
+        total = 0
+        for t, name in enumerate(p.types):
+            if p.capacity[t] == 0:
+                continue
+            shares = []
+            for i in range(len(p.tenants)):
+                q, u, k = p.quota[i][t], use[i][t], p.kept_over[i][t]
+                if u > q + k:
+                    shares.append(q + k - u)
+                elif u < q and k == 0:
+                    ll = p.lend_limit[i][t]
+                    shares.append(q - u if ll is None else min(ll, q - u))
+                else:
+                    shares.append(0)
+            vals, _ = p.tree.net_values(shares, name)
+            total += sum(max(0, -v) for v in vals)
+        return total
+
     def objective(self, problem: EpochProblem) -> float:
         """The objective value of this assignment (:func:`optsched.engine.objective.value`)."""
         from optsched.engine.objective import value
