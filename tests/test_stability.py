@@ -34,6 +34,7 @@ from optsched.engine import assurance as asr
 from optsched.engine.apply import apply_decision
 from optsched.engine.backends.base import SolveParams
 from optsched.engine.epoch import solve_epoch
+from optsched.engine.quota_tree import LoanMatcher
 from optsched.engine.state import ClusterState, parse_snapshot
 from optsched.instances import generate
 from optsched.predict.fallback import EstimatePredictor
@@ -61,6 +62,9 @@ def _deficit(state: ClusterState) -> Counter[str]:
             held[(job.tenant, state.job_type(job))] += job.gpus
     out: Counter[str] = Counter()
     for t in state.type_names:
+        if not state.tree.empty and state.tree.limited(t):
+            out[t] = _tree_deficit(state, held, t)
+            continue
         pool, over = 0, 0
         for ten in state.tenant_ids:
             idle = state.quota(ten, t) - held[(ten, t)]
@@ -69,6 +73,23 @@ def _deficit(state: ClusterState) -> Counter[str]:
             over += max(0, -idle)
         out[t] = max(0, over - pool)
     return out
+
+
+def _tree_deficit(state: ClusterState, held: Counter[tuple[str, str]], t: str) -> int:
+    """:func:`_deficit` on a type quota groups limit: the cover is matched inside subtrees
+    first, within every group's borrow and lend limits."""
+    supply: dict[int, int] = {}
+    demands: list[tuple[int, int]] = []
+    for i, ten in enumerate(state.tenant_ids):
+        idle = state.quota(ten, t) - held[(ten, t)]
+        lim = state.lend_limit(ten, t)
+        if idle > 0:
+            supply[i] = idle if lim is None else min(idle, lim)
+        elif idle < 0:
+            demands.append((i, -idle))
+    match = LoanMatcher(state.tree, t, supply, range(len(state.tenant_ids)))
+    covered = sum(g for _, _, g in match.cover(demands))
+    return sum(n for _, n in demands) - covered
 
 
 def _freed_and_used(state: ClusterState, d: Decision) -> tuple[Counter[str], Counter[str]]:
