@@ -396,3 +396,16 @@ def test_state_exposes_the_tree() -> None:
     assert tree.lca_depth(ix["det"], ix["seg"]) == 2
     assert tree.lca_depth(ix["det"], ix["rank"]) == 0
     assert tree.crossing(ix["det"], ix["rank"]) == ((1, 0), (3, 2))
+
+
+def test_optsched_explain_names_the_binding_group(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    snap = drop_job(_tree(), "seg-extra")
+    group(snap, "product.search")["borrow_limit"] = {"A100": 2}
+    f, out = tmp_path / "s.json", tmp_path / "d.json"
+    f.write_text(json.dumps(snap))
+    assert main(["solve", str(f), "-o", str(out), "--predictor", "fallback"]) == 0
+    assert main(["check", str(f), str(out)]) == 0
+    capsys.readouterr()
+    assert main(["explain", str(f), str(out), "rank-extra"]) == 0
+    text = capsys.readouterr().out
+    assert "binding: borrow_limit" in text and "limit of quota group product.search" in text

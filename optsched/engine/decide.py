@@ -869,6 +869,7 @@ def describe_job(state: ClusterState, decision: Decision, job_id: str) -> list[s
             f"started now {f.started}, kept {f.kept}; quota {f.quota}, use {f.use}, idle quota "
             f"{f.idle_quota}, borrowed {f.borrowed}, to borrow {f.to_borrow}, others can lend "
             f"{f.lendable} (idle {f.idle_elsewhere}), borrow room {room}"
+            + ("" if f.group is None else f"; limit of quota group {f.group}")
         )
     if e.blocked_by:
         lines.append(f"blocked by: {', '.join(e.blocked_by)}")
