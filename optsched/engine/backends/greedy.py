@@ -40,6 +40,28 @@ class _Ledger:
             sum(self._share(i, t) for i in range(len(p.tenants))) for t in range(len(p.types))
         ]
         self._limited = [not p.tree.empty and p.tree.limited(name) for name in p.types]
+        # quota tree, per limited type: the groups' net values (uncapped and capped by their
+        # lend_limit), the root's, and the groups over their borrow_limit, kept up to date
+        # tenant by tenant along its ancestors (see ``_tree_update``)
+        tree = p.tree
+        self._raw: dict[int, list[int]] = {}
+        self._vals: dict[int, list[int]] = {}
+        self._root: dict[int, int] = {}
+        self._bad: dict[int, set[int]] = {}
+        self._ll: dict[int, list[int | None]] = {}
+        self._bl: dict[int, list[int | None]] = {}
+        for t in range(len(p.types)):
+            if not self._limited[t]:
+                continue
+            self._ll[t] = [tree.lend_limit(g, p.types[t]) for g in range(len(tree.groups))]
+            self._bl[t] = [tree.borrow_limit(g, p.types[t]) for g in range(len(tree.groups))]
+            shares = [self._share(i, t) for i in range(len(p.tenants))]
+            vals, root = tree.net_values(shares, p.types[t])
+            raw = [0] * len(tree.groups)
+            for g, node in enumerate(tree.groups):
+                raw[g] = sum(shares[i] for i in node.tenants) + sum(vals[c] for c in node.children)
+            self._raw[t], self._vals[t], self._root[t] = raw, vals, root
+            self._bad[t] = {g for g in range(len(tree.groups)) if self._over_borrow(g, t)}
         if a is not None:
             for r in a.preempt:
                 _preempt(self, p, r)
@@ -63,24 +85,48 @@ class _Ledger:
         """Lendable idle quota minus current borrowing on type ``t`` (with quota groups
         limiting the type: what reaches the root within the groups' lend limits)."""
         if self._limited[t]:
-            return self.p.tree.net_values(self._shares(t), self.p.types[t])[1]
+            return self._root[t]
         return self._pool[t]
 
-    def _shares(self, t: int) -> list[int]:
-        return [self._share(i, t) for i in range(len(self.p.tenants))]
+    def _over_borrow(self, g: int, t: int) -> bool:
+        bl = self._bl[t][g]
+        return bl is not None and self._vals[t][g] < -bl
+
+    def _tree_update(self, i: int, t: int, delta: int) -> None:
+        """Tenant ``i``'s share on ``t`` changed by ``delta``: update its groups, innermost first,
+        while their capped value changes, then the root."""
+        raw, vals, lls, bls, bad = self._raw[t], self._vals[t], self._ll[t], self._bl[t], self._bad[t]
+        for g in self.p.tree.tenant_ancestors[i]:
+            old = vals[g]
+            r = raw[g] = raw[g] + delta
+            ll = lls[g]
+            v = vals[g] = r if ll is None or r <= ll else ll
+            bl = bls[g]
+            if bl is not None:
+                if v < -bl:
+                    bad.add(g)
+                else:
+                    bad.discard(g)
+            delta = v - old
+            if delta == 0:
+                return
+        self._root[t] += delta
 
     def borrow_ok(self, i: int, t: int) -> bool:
         bl = self.p.borrow_limit[i][t]
         if bl is not None and self.use[i][t] - self.p.quota[i][t] - self.p.kept_over[i][t] > bl:
             return False
         # quota groups: no subtree borrows more than its borrow_limit
-        return not self._limited[t] or self.p.tree.blocking_group(self._shares(t), self.p.types[t]) is None
+        return not self._limited[t] or not self._bad[t]
 
     def apply(self, i: int, t: int, g: int, own: bool, sign: int = 1) -> None:
         self.free[t] -= sign * g
         before = self._share(i, t)
         self.use[i][t] += sign * g
-        self._pool[t] += self._share(i, t) - before
+        after = self._share(i, t)
+        self._pool[t] += after - before
+        if self._limited[t] and after != before:
+            self._tree_update(i, t, after - before)
         self.started[t] += sign * g
         if own:
             self.own[i][t] += sign * g
