@@ -409,3 +409,16 @@ def test_optsched_explain_names_the_binding_group(tmp_path: Path, capsys: pytest
     assert main(["explain", str(f), str(out), "rank-extra"]) == 0
     text = capsys.readouterr().out
     assert "binding: borrow_limit" in text and "limit of quota group product.search" in text
+
+
+def test_a_group_quota_may_state_some_types_only() -> None:
+    """A type a group's quota leaves out is the sum of its tenants' (only listed types are checked)."""
+    snap = _tree()
+    snap["gpu_types"]["V100"] = {"memory_gib": 32.0}
+    snap["tenants"][0]["quota"]["V100"] = 2
+    state = load_state(snap)  # research states A100 only: its V100 quota is det's 2
+    assert state.tree.groups[0].id == "research"
+    group(snap, "research")["quota"]["V100"] = 3
+    with pytest.raises(SnapshotError) as err:
+        load_state(snap)
+    assert err.value.path == "groups[0].quota.V100"

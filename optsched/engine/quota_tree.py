@@ -250,15 +250,14 @@ def build_tree(snap: Snapshot) -> QuotaTree:
     for k, grp in enumerate(groups):
         if not members[k]:
             raise SnapshotError(f"groups[{k}]", f"group '{grp.id}' has no tenant below it")
-        if grp.quota is not None:
-            for t in snap.gpu_types:
-                total = sum(snap.tenants[i].quota.get(t, 0) for i in members[k])
-                if grp.quota.get(t, 0) != total:
-                    raise SnapshotError(
-                        f"groups[{k}].quota.{t}",
-                        f"{grp.quota.get(t, 0)} is not the sum of the '{t}' quotas of the tenants "
-                        f"below '{grp.id}' ({total}); a group holds no GPUs of its own",
-                    )
+        for t, stated in (grp.quota or {}).items():
+            total = sum(snap.tenants[i].quota.get(t, 0) for i in members[k])
+            if stated != total:
+                raise SnapshotError(
+                    f"groups[{k}].quota.{t}",
+                    f"{stated} is not the sum of the '{t}' quotas of the tenants below "
+                    f"'{grp.id}' ({total}); a group holds no GPUs of its own",
+                )
     nodes = tuple(
         GroupNode(
             id=grp.id,

@@ -160,8 +160,8 @@ class QuotaGroup(_Strict):
     )
     quota: dict[str, NonNegativeInt] | None = Field(
         default=None,
-        description="The subtree's guaranteed GPUs per type; when given it must equal the sum of "
-        "the quotas of the tenants below the group (a type not listed: 0); null: that sum.",
+        description="The subtree's guaranteed GPUs per type: a type listed must equal the sum of "
+        "the quotas of the tenants below the group; null, or a type not listed: that sum.",
     )
     borrow_limit: dict[str, NonNegativeInt] | None = Field(
         default=None,
