@@ -2,10 +2,10 @@
 
     python benchmarks/engine_bench.py [--quick] [--sizes venus,medium,large] [--seeds 0,1,2]
         [--backends auto,highs,cpsat,milp,pulp,greedy] [--reference-s 60] [--parts ...]
-        [--json runs/engine_bench.json] [--md runs/engine_bench.md]
+        [--json runs/engine_bench.json] [--md runs/engine_bench.md] [--tree]
 
 Not part of the tests. Snapshots come from ``optsched generate --size SIZE --seed S`` (run as
-a command, as a user would). Four parts:
+a command, as a user would; ``--tree`` adds ``--tree``: the same tenants under a quota tree). Four parts:
 
 1. **quality** (Venus size, seeds 0-9): ``optsched solve SNAP`` in a fresh process with the
    defaults (backend ``auto``, 1 s limit): status, objective, stage seconds and the process's
@@ -163,7 +163,10 @@ def optsched_command() -> list[str]:
 class Bench:
     """Snapshots, references and runs of one benchmark session."""
 
-    def __init__(self, workdir: Path, reference_s: float, progress: Progress, console: Console) -> None:
+    def __init__(
+        self, workdir: Path, reference_s: float, progress: Progress, console: Console, tree: bool = False
+    ) -> None:
+        self.tree = tree
         self.workdir = workdir
         self.reference_s = reference_s
         self.progress = progress
@@ -183,6 +186,8 @@ class Bench:
         if key not in self.texts:
             path = self.workdir / f"{size}-{seed}.json"
             argv = [*self.cmd, "generate", "--size", size, "--seed", str(seed), "-o", str(path)]
+            if self.tree:
+                argv.append("--tree")
             subprocess.run(argv, check=True, capture_output=True, text=True)
             self.snapshots[key] = path
             self.texts[key] = path.read_text()
@@ -678,6 +683,7 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=Path("runs/engine_bench.json"), help="raw results")
     ap.add_argument("--md", type=Path, default=None, help="also write the Markdown tables here")
     ap.add_argument("--keep", type=Path, default=None, help="keep generated snapshots in this folder")
+    ap.add_argument("--tree", action="store_true", help="snapshots with a quota tree (generate --tree)")
     args = ap.parse_args()
 
     sizes = names(args.sizes, SIZES, "--sizes")
@@ -725,7 +731,7 @@ def main() -> None:
             console=console,
         ) as progress,
     ):
-        bench = Bench(wd, args.reference_s, progress, console)
+        bench = Bench(wd, args.reference_s, progress, console, tree=args.tree)
         task = progress.add_task("engine bench", total=total)
 
         def advance() -> None:
