@@ -108,9 +108,9 @@ def quota_tree(snap: dict[str, Any], seed: int = 0) -> dict[str, Any]:
     Tenants are the projects, split in tenant order over at least two orgs (about four tenants
     each), two to a team (``org<k>`` -> ``org<k>.team<j>`` -> tenants). Orgs state their
     quota (the sum of their tenants'); each group gets, at random, a ``borrow_limit`` and a
-    ``lend_limit`` on some types of half its
-    subtree quota. Its own random stream (from ``seed``), so the flat part is the same as
-    without a tree.
+    ``lend_limit`` on some types of half its subtree quota, never below what the running loans
+    need across the group (so no limit forces a reclaim on the first epoch). Its own random
+    stream (from ``seed``), so the flat part is the same as without a tree.
     """
     rng = np.random.default_rng([seed, 7919])
     tenants = snap["tenants"]
@@ -136,16 +136,50 @@ def quota_tree(snap: dict[str, Any], seed: int = 0) -> dict[str, Any]:
     for team, members in teams:
         below[team] += members
         below[team.split(".")[0]] += members
-    for grp in groups:
+    into, out = _tree_flows(snap, groups)
+    for k, grp in enumerate(groups):
         quota = {t: sum(m["quota"].get(t, 0) for m in below[grp["id"]]) for t in types}
         if grp["parent"] is None:
             grp["quota"] = quota
-        for name, prob in (("borrow_limit", 0.5), ("lend_limit", 0.4)):
+        for name, prob, flow in (("borrow_limit", 0.5, into), ("lend_limit", 0.4, out)):
             if rng.random() < prob:
                 picked = [t for t in types if rng.random() < 0.6] or types[:1]
-                grp[name] = {t: quota[t] // 2 for t in picked}
+                # never below what the running loans already need across the group
+                grp[name] = {t: max(quota[t] // 2, flow.get((k, t), 0)) for t in picked}
     snap["groups"] = groups
     return snap
+
+
+def _tree_flows(
+    snap: dict[str, Any], groups: list[dict[str, Any]]
+) -> tuple[dict[tuple[int, str], int], dict[tuple[int, str], int]]:
+    """The loans running use needs across each group (inside first, no group limits), so the
+    generated limits never force a reclaim on the first epoch."""
+    from optsched.engine.quota_tree import LoanMatcher, build_tree, group_flows
+    from optsched.schema.snapshot import Snapshot
+
+    tree = build_tree(Snapshot.model_validate({**snap, "groups": groups}))
+    node_type = {n["id"]: n["gpu_type"] for n in snap["nodes"]}
+    tix = {t["id"]: i for i, t in enumerate(snap["tenants"])}
+    held: dict[tuple[int, str], int] = {}
+    for j in snap["jobs"]:
+        if j["state"] == "running" and not j.get("guest_of"):
+            key = (tix[j["tenant"]], node_type[j["allocation"][0]["node"]])
+            held[key] = held.get(key, 0) + j["gpus"]
+    loans: list[tuple[int, int, str, int]] = []
+    for t in snap["gpu_types"]:
+        supply: dict[int, int] = {}
+        demands: list[tuple[int, int]] = []
+        for i, ten in enumerate(snap["tenants"]):
+            idle = ten["quota"].get(t, 0) - held.get((i, t), 0)
+            lim = (ten.get("lend_limit") or {}).get(t)
+            if idle > 0:
+                supply[i] = idle if lim is None else min(idle, lim)
+            elif idle < 0:
+                demands.append((i, -idle))
+        matched = LoanMatcher(tree, t, supply, range(len(snap["tenants"]))).cover(demands)
+        loans += [(lender, b, t, g) for lender, b, g in matched]
+    return group_flows(tree, loans)
 
 
 def generate(
