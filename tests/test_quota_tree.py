@@ -109,7 +109,6 @@ def _tree() -> dict[str, Any]:
         (lambda s: s["groups"][3].update(id="product"), "groups[3].id", "duplicated group id"),
         (lambda s: s["groups"][3].update(id="det"), "groups[3].id", "also a tenant id"),
         (lambda s: s["groups"].append({"id": "empty", "parent": "product"}), "groups[4]", "no tenant below"),
-        (lambda s: s["groups"][0].update(quota={"A100": 9}), "groups[0].quota.A100", "not the sum"),
         (
             lambda s: s["groups"][1].update(borrow_limit={"H100": 1}),
             "groups[1].borrow_limit.H100",
@@ -411,17 +410,24 @@ def test_optsched_explain_names_the_binding_group(tmp_path: Path, capsys: pytest
     assert "binding: borrow_limit" in text and "limit of quota group product.search" in text
 
 
-def test_a_group_quota_may_state_some_types_only() -> None:
-    """A type a group's quota leaves out is the sum of its tenants' (only listed types are checked)."""
+@pytest.mark.parametrize("bk", BACKENDS)
+def test_a_group_quota_other_than_its_tenants_sum_is_noted_and_the_sum_used(bk: str) -> None:
+    """A group holds no GPUs of its own: a stated quota of 16 where its tenants hold 8 changes
+    nothing but the notes; a type it leaves out is not noted."""
+    base = solve(_tree(), bk)
     snap = _tree()
     snap["gpu_types"]["V100"] = {"memory_gib": 32.0}
+    snap["nodes"].append({"id": "v0", "gpu_type": "V100", "gpus": 2})
     snap["tenants"][0]["quota"]["V100"] = 2
-    state = load_state(snap)  # research states A100 only: its V100 quota is det's 2
-    assert state.tree.groups[0].id == "research"
-    group(snap, "research")["quota"]["V100"] = 3
-    with pytest.raises(SnapshotError) as err:
-        load_state(snap)
-    assert err.value.path == "groups[0].quota.V100"
+    group(snap, "research")["quota"] = {"A100": 16}
+    d = solve(snap, bk)
+    note = (
+        "quota group research states 16 'A100' GPUs of quota but the quotas of the tenants below it "
+        "sum to 8: the sum is used (a group holds no GPUs of its own)"
+    )
+    assert note in d.solver.notes
+    assert not any("'V100' GPUs of quota" in n for n in d.solver.notes)
+    assert (d.start, d.queue, d.loans) == (base.start, base.queue, base.loans)
 
 
 def _problem(snap: dict[str, Any]) -> Any:

@@ -229,7 +229,7 @@ def build_problem(
     )
     shareable_jobs.sort()
     complete = len(shareable_jobs) <= MAX_GUEST_JOBS or not hosts
-    notes = list(over_notes)
+    notes = list(state.tree.notes) + list(over_notes)
     notes += [
         f"priority class '{name}' of tenant {ten} is in no priority_classes table: weight 1"
         for ten, name in sorted(unknown_classes)

@@ -58,6 +58,8 @@ class QuotaTree:
     """Per tenant index: its groups, innermost first (empty at the top level)."""
     index: Mapping[str, int] = field(default_factory=dict)
     """Group id -> group index."""
+    notes: tuple[str, ...] = ()
+    """Lines for ``solver.notes``: a group ``quota`` that is not the sum of its tenants'."""
 
     @property
     def empty(self) -> bool:
@@ -190,12 +192,14 @@ EMPTY = QuotaTree()
 def build_tree(snap: Snapshot) -> QuotaTree:
     """Validate ``snap.groups`` and the tenants' ``parent`` and build the tree.
 
+    A group ``quota`` that is not the sum of its tenants' quotas is no error: the sum is used
+    and :attr:`QuotaTree.notes` says so (a group holds no GPUs of its own).
+
     Raises
     ------
     SnapshotError
         Naming the field: a duplicated group id (or one that is also a tenant id), an unknown
-        parent, a cycle, an unknown GPU type, a group with no tenant below it, or a group
-        ``quota`` that is not the sum of its tenants' quotas.
+        parent, a cycle, an unknown GPU type, or a group with no tenant below it.
     """
     groups = snap.groups or []
     tenant_ids = {t.id for t in snap.tenants}
@@ -247,17 +251,14 @@ def build_tree(snap: Snapshot) -> QuotaTree:
     for k, par in enumerate(parent):
         if par is not None:
             children[par].append(k)
+    notes: list[str] = []
     for k, grp in enumerate(groups):
         if not members[k]:
             raise SnapshotError(f"groups[{k}]", f"group '{grp.id}' has no tenant below it")
         for t, stated in (grp.quota or {}).items():
             total = sum(snap.tenants[i].quota.get(t, 0) for i in members[k])
             if stated != total:
-                raise SnapshotError(
-                    f"groups[{k}].quota.{t}",
-                    f"{stated} is not the sum of the '{t}' quotas of the tenants below "
-                    f"'{grp.id}' ({total}); a group holds no GPUs of its own",
-                )
+                notes.append(quota_note(grp.id, t, stated, total))
     nodes = tuple(
         GroupNode(
             id=grp.id,
@@ -271,7 +272,15 @@ def build_tree(snap: Snapshot) -> QuotaTree:
         )
         for k, grp in enumerate(groups)
     )
-    return QuotaTree(groups=nodes, tenant_ancestors=tuple(tenant_anc), index=index)
+    return QuotaTree(groups=nodes, tenant_ancestors=tuple(tenant_anc), index=index, notes=tuple(notes))
+
+
+def quota_note(group: str, gpu_type: str, stated: int, total: int) -> str:
+    """The ``solver.notes`` line for a group ``quota`` that is not its tenants' sum."""
+    return (
+        f"quota group {group} states {stated} '{gpu_type}' GPUs of quota but the quotas of the "
+        f"tenants below it sum to {total}: the sum is used (a group holds no GPUs of its own)"
+    )
 
 
 class LoanMatcher:

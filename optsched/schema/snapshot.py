@@ -149,7 +149,8 @@ class QuotaGroup(_Strict):
     """A node of the quota tree (added by optsched): an org, team or project above tenants.
 
     A group holds no GPUs of its own: its quota is the sum of the quotas of the tenants below
-    it. Its limits bound the loans that cross its boundary (see "Quota trees" in
+    it (a different stated ``quota`` is noted in ``solver.notes`` and the sum is used). Its
+    limits bound the loans that cross its boundary (see "Quota trees" in
     ``docs/snapshot-format.md``)."""
 
     id: str = Field(min_length=1, description="Unique group id (not also a tenant id).")
@@ -160,8 +161,9 @@ class QuotaGroup(_Strict):
     )
     quota: dict[str, NonNegativeInt] | None = Field(
         default=None,
-        description="The subtree's guaranteed GPUs per type: a type listed must equal the sum of "
-        "the quotas of the tenants below the group; null, or a type not listed: that sum.",
+        description="The subtree's guaranteed GPUs per type, which is the sum of the quotas of the "
+        "tenants below the group (a group holds no GPUs of its own); a type stated otherwise gets "
+        "a solver note and the sum is used; null, or a type not listed: that sum.",
     )
     borrow_limit: dict[str, NonNegativeInt] | None = Field(
         default=None,
