@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from optsched import solve_epoch
 from optsched.cli import main
@@ -27,7 +29,7 @@ from optsched.engine import assurance as asr
 from optsched.engine.backends.base import SolveParams
 from optsched.engine.check import check_decision
 from optsched.engine.decide import derive_loans
-from optsched.engine.quota_tree import LoanMatcher
+from optsched.engine.quota_tree import LoanMatcher, group_flows
 from optsched.engine.state import ClusterState, load_state, parse_snapshot
 from optsched.errors import SnapshotError
 from optsched.instances import generate
@@ -477,3 +479,61 @@ def test_highs_proves_its_tree_decisions_optimal_at_the_value_it_reports(seed: i
     d = solve(generate("tiny", seed, tree=True), "highs")
     if d.status == "optimal":
         assert d.solver.bound == pytest.approx(d.solver.objective, abs=1e-6)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.data())
+def test_inside_first_matching_covers_exactly_when_the_net_values_say_so(data: st.DataObject) -> None:
+    """The claim the model's net-flow rows and the greedy ledger rest on: loans covering every
+    borrower within all group limits exist exactly when ``net_flow_ok`` holds, and then the
+    inside-first matcher finds them, each group's flows within its limits and never both ways."""
+    n_groups = data.draw(st.integers(1, 5))
+    parents = [None] + [data.draw(st.sampled_from([None, *range(g)])) for g in range(1, n_groups)]
+    n_ten = data.draw(st.integers(2, 7))
+    lim = st.one_of(st.none(), st.integers(0, 6))
+    groups = []
+    for g, par in enumerate(parents):
+        bl, ll = data.draw(lim), data.draw(lim)
+        groups.append(
+            {
+                "id": f"g{g}",
+                "parent": None if par is None else f"g{par}",
+                **({} if bl is None else {"borrow_limit": {"A": bl}}),
+                **({} if ll is None else {"lend_limit": {"A": ll}}),
+            }
+        )
+    homes = [data.draw(st.sampled_from([None, *range(n_groups)])) for _ in range(n_ten)]
+    for g in range(n_groups):  # every group needs a tenant below it
+        if not any(h is not None and _below(parents, h, g) for h in homes):
+            homes.append(g)
+    tenants = [
+        {"id": f"t{i}", "quota": {"A": 4}, **({} if h is None else {"parent": f"g{h}"})}
+        for i, h in enumerate(homes)
+    ]
+    snap = {
+        "format": 1, "now": 0.0, "gpu_types": {"A": {"memory_gib": 80.0}},
+        "nodes": [{"id": "n", "gpu_type": "A", "gpus": 4 * len(tenants)}], "tenants": tenants,
+        "groups": groups,
+    }
+    tree = load_state(snap).tree
+    share = [data.draw(st.integers(-5, 5)) for _ in tenants]
+    supply = {i: v for i, v in enumerate(share) if v > 0}
+    demands = [(i, -v) for i, v in enumerate(share) if v < 0]
+    loans = LoanMatcher(tree, "A", supply, range(len(share))).cover(demands)
+    covered = sum(g for _, _, g in loans) == sum(n for _, n in demands)
+    assert covered == tree.net_flow_ok(share, "A")
+    into, out = group_flows(tree, [(lender, b, "A", g) for lender, b, g in loans])
+    for g in range(n_groups):
+        bl, ll = tree.borrow_limit(g, "A"), tree.lend_limit(g, "A")
+        assert bl is None or into.get((g, "A"), 0) <= bl
+        assert ll is None or out.get((g, "A"), 0) <= ll
+        assert not (into.get((g, "A"), 0) and out.get((g, "A"), 0))
+
+
+def _below(parents: list[int | None], g: int, top: int) -> bool:
+    cur: int | None = g
+    while cur is not None:
+        if cur == top:
+            return True
+        cur = parents[cur]
+    return False

@@ -15,7 +15,7 @@ Loans are made inside the smallest enclosing subtree first (:class:`LoanMatcher`
 need is matched with lenders in its own group, then its parent's, and so on up to the root.
 Matched that way, each group's inflow and outflow are the smallest any set of loans can have
 (one of them is zero), so a limit binds only where it must: this is what the epoch model's
-net-flow rows (:func:`net_flow_ok`, ``formulation.add_capacity_and_loans``) assume.
+net-flow rows (:meth:`QuotaTree.net_flow_ok`, ``formulation.add_group_limits``) assume.
 
 A flat snapshot (no ``groups``) is the empty tree: every pair of tenants meets at the root and
 nothing changes.
@@ -128,7 +128,7 @@ class QuotaTree:
         A group's value is the sum of its children's, capped by its ``lend_limit`` when positive
         (what it can give outside); the root's is the sum of the top level's. Loans covering all
         borrowing within every limit exist exactly when the root's value is >= 0 and no group's
-        value is below minus its ``borrow_limit`` (see :func:`net_flow_ok`).
+        value is below minus its ``borrow_limit`` (see :meth:`net_flow_ok`).
         """
         vals = [0] * len(self.groups)
         for g in self.bottom_up:
@@ -141,15 +141,6 @@ class QuotaTree:
         root = sum(share[i] for i in self.top_tenants) + sum(vals[g] for g in self.top_groups)
         return vals, root
 
-    def blocking_group(self, share: Sequence[int], gpu_type: str) -> int | None:
-        """The deepest group whose net borrowing exceeds its ``borrow_limit``, if any."""
-        vals, _ = self.net_values(share, gpu_type)
-        for g in self.bottom_up:
-            bl = self.borrow_limit(g, gpu_type)
-            if bl is not None and vals[g] < -bl:
-                return g
-        return None
-
     def net_flow_ok(self, share: Sequence[int], gpu_type: str) -> bool:
         """Whether all borrowing in ``share`` can be covered within every group's limits."""
         vals, root = self.net_values(share, gpu_type)
@@ -159,7 +150,6 @@ class QuotaTree:
             self.borrow_limit(g, gpu_type) is None or vals[g] >= -(self.borrow_limit(g, gpu_type) or 0)
             for g in range(len(self.groups))
         )
-
 
     def reachable(
         self, tenant: int, supply: Sequence[int], out_room: Mapping[int, int]
