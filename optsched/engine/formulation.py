@@ -12,20 +12,26 @@ Variables (all integer):
   MPS guest of host :math:`h`;
 * :math:`z_r \in \{0,1\}`: running job :math:`r` is preempted (only for candidates);
 * :math:`b_{it}, e_{it} \in \mathbb{Z}_{\ge 0}`: GPUs tenant :math:`i` borrows / lends on
-  type :math:`t`, bounded by ``borrow_limit`` and ``lend_limit``.
+  type :math:`t`, bounded by ``borrow_limit`` and ``lend_limit``;
+* :math:`u_r, d_r \in \mathbb{Z}_{\ge 0}`: steps running elastic job :math:`r` grows / shrinks
+  (:mod:`optsched.engine.elastic`), never both (a binary direction :math:`\omega_r`), neither
+  when it is preempted.
 
 Constraint families, one function each, named after the invariant they enforce
 (``docs/snapshot-format.md``):
 
 * ``add_start_or_queue`` (5): :math:`\sum_k s_{c,k} = \sum_t (o_{ct} + \ell_{ct})`, and a
   singleton class starts at most once, :math:`\sum_t (o_{ct} + \ell_{ct}) + \sum_{p \ni c} y_p
-  \le 1`.
+  \le 1`, and an elastic job starts at one size at most, :math:`\sum_{c \in G} s_{c,0} \le 1`
+  over the classes of its group :math:`G`.
 * ``add_gpu_sharing`` (1): one guest per host (MPS pairs) and none on a stopped host,
   :math:`\sum_{p \to h} y_p \le 1 - z_h`; memory fit and type are filtered per candidate.
 * ``add_capacity_and_loans`` (4): per type, started minus preempted host GPUs fit in the free
   capacity; per tenant and type, own starts fit in quota,
   :math:`U_{it} - b_{it} + e_{it} \le q_{it} + \kappa_{it}` (:math:`\kappa` the use kept over
-  quota, amended invariant 4), and :math:`\sum_i b_{it} \le \sum_i e_{it}`.
+  quota, amended invariant 4), and :math:`\sum_i b_{it} \le \sum_i e_{it}`; resized elastic
+  jobs count with their new size (:math:`\pm\,\text{step}_r` per step), and growth fits the
+  GPUs idle before any preemption or shrink once the starts are placed (``grow_idle_only``).
 * ``add_preemption_rules`` (3): only candidates get a :math:`z` variable (preemptible
   best-effort, on-loan and guest jobs); stopping a host stops its guest; and GPUs freed on a
   type are used by starts on that type in the same decision,
@@ -34,7 +40,8 @@ Constraint families, one function each, named after the invariant they enforce
   controls: a job younger than its minimum runtime gets no :math:`z` (it is no candidate);
   ``preemption_cap`` bounds the GPUs of a tenant's priority victims (candidates neither on loan
   nor guests) per decision, :math:`\sum_{r \in i} g_r z_r \le \text{cap}_i`; and
-  ``preemption_pays`` charges a priority victim :math:`(1 + h_i)` times its static cost.
+  ``preemption_pays`` charges a priority victim :math:`(1 + h_i)` times its static cost. A
+  step of shrinking counts in these rows as ``step`` preempted GPUs (freed, capped, paid for).
 """
 
 from __future__ import annotations
@@ -72,6 +79,12 @@ class LinearModel:
     guest: dict[int, int] = field(default_factory=dict)
     """guest candidate index -> var."""
     preempt: dict[int, int] = field(default_factory=dict)
+    grow: dict[int, int] = field(default_factory=dict)
+    """running index -> steps it grows (elastic jobs)."""
+    shrink: dict[int, int] = field(default_factory=dict)
+    """running index -> steps it shrinks (elastic jobs that may be preempted)."""
+    grow_dir: dict[int, int] = field(default_factory=dict)
+    """running index -> 1 if it may grow, 0 if it may shrink (jobs with both)."""
     borrow: dict[tuple[int, int], int] = field(default_factory=dict)
     lend: dict[tuple[int, int], int] = field(default_factory=dict)
 
@@ -100,18 +113,25 @@ def add_variables(m: LinearModel, p: EpochProblem) -> None:
     for c, cls in enumerate(p.pending):
         if cls.cap <= 0:
             continue
-        m.seg[c] = [m.var(f"start[{cls.jobs[k]}]", 0, 1, cls.values[k]) for k in range(cls.cap)]
+        names = [cls.label] if cls.group else cls.jobs
+        m.seg[c] = [m.var(f"start[{names[k]}]", 0, 1, cls.values[k]) for k in range(cls.cap)]
         for t, bonus in zip(cls.types, cls.type_bonus, strict=True):
             if t in cls.own_types:
                 reclaim = p.reclaim_bonus if cls.reclaim else 0.0  # a reclaim starts inside quota
-                m.own[(c, t)] = m.var(f"own[{cls.job},{p.types[t]}]", 0, cls.cap, bonus + reclaim)
-            m.loan[(c, t)] = m.var(f"loan[{cls.job},{p.types[t]}]", 0, cls.cap, bonus - cls.loan_penalty)
+                m.own[(c, t)] = m.var(f"own[{cls.label},{p.types[t]}]", 0, cls.cap, bonus + reclaim)
+            m.loan[(c, t)] = m.var(f"loan[{cls.label},{p.types[t]}]", 0, cls.cap, bonus - cls.loan_penalty)
     for g, cand in enumerate(p.guests):
-        name = f"guest[{p.pending[cand.pending].job},{p.running[cand.running].job}]"
+        name = f"guest[{p.pending[cand.pending].label},{p.running[cand.running].job}]"
         m.guest[g] = m.var(name, 0, 1, cand.value)
     for r, run in enumerate(p.running):
         if run.candidate:
             m.preempt[r] = m.var(f"preempt[{run.job}]", 0, 1, -run.cost)
+        if run.grow_steps:
+            m.grow[r] = m.var(f"grow[{run.job}]", 0, run.grow_steps, run.grow_value)
+        if run.shrink_steps:
+            m.shrink[r] = m.var(f"shrink[{run.job}]", 0, run.shrink_steps, -run.shrink_cost)
+        if run.grow_steps and run.shrink_steps:
+            m.grow_dir[r] = m.var(f"grow_dir[{run.job}]", 0, 1)
     for i, ten in enumerate(p.tenants):
         for t, tname in enumerate(p.types):
             cap = p.capacity[t]
@@ -138,7 +158,7 @@ def add_start_or_queue(m: LinearModel, p: EpochProblem) -> None:
     for (c, _), v in m.loan.items():
         starts[c][v] = 1
     for c, segs in m.seg.items():
-        job = p.pending[c].job
+        job = p.pending[c].label
         m.add({**{s: 1 for s in segs}, **{v: -1 for v in starts[c]}}, 0, 0, f"start_count[{job}]")
         for k in range(len(segs) - 1):
             m.add({segs[k]: 1, segs[k + 1]: -1}, 0, INF, f"start_order[{p.pending[c].jobs[k + 1]}]")
@@ -149,6 +169,27 @@ def add_start_or_queue(m: LinearModel, p: EpochProblem) -> None:
         if c in m.seg:
             coefs = {**coefs, m.seg[c][0]: 1}
         m.add(coefs, -INF, 1, f"start_or_queue[{p.pending[c].job}]")
+    groups: dict[str, dict[int, int]] = {}
+    for c, segs in m.seg.items():
+        if p.pending[c].group:
+            groups.setdefault(p.pending[c].group, {})[segs[0]] = 1
+    for job, coefs in groups.items():
+        if len(coefs) > 1:
+            m.add(coefs, -INF, 1, f"one_size[{job}]")
+
+
+def add_resize_rules(m: LinearModel, p: EpochProblem) -> None:
+    """Elastic jobs: grow or shrink, not both, and neither when preempted."""
+    for r, d in m.grow_dir.items():
+        g, s = p.running[r].grow_steps, p.running[r].shrink_steps
+        m.add({m.grow[r]: 1, d: -g}, -INF, 0, f"grow_dir[{p.running[r].job}]")
+        m.add({m.shrink[r]: 1, d: s}, -INF, s, f"shrink_dir[{p.running[r].job}]")
+    for r, z in m.preempt.items():
+        run = p.running[r]
+        pairs = (("grow", m.grow.get(r), run.grow_steps), ("shrink", m.shrink.get(r), run.shrink_steps))
+        for what, var, n in pairs:
+            if var is not None:
+                m.add({var: 1, z: n}, -INF, n, f"{what}_or_preempt[{run.job}]")
 
 
 def add_gpu_sharing(m: LinearModel, p: EpochProblem) -> None:
@@ -190,8 +231,23 @@ def add_capacity_and_loans(m: LinearModel, p: EpochProblem) -> None:
         use_rows[run.tenant][run.type][v] = -run.gpus
         if not run.on_loan:
             own_rows[run.tenant][run.type][v] = -run.gpus
+    idle_rows: list[dict[int, int]] = [{} for _ in range(nt)]
+    for sign, vars_ in ((1, m.grow), (-1, m.shrink)):
+        for r, v in vars_.items():
+            run = p.running[r]
+            cap_rows[run.type][v] = sign * run.step
+            use_rows[run.tenant][run.type][v] = sign * run.step
+            if not run.on_loan:
+                own_rows[run.tenant][run.type][v] = sign * run.step
+            if sign > 0:
+                idle_rows[run.type][v] = run.step
     for t, tname in enumerate(p.types):
         m.add(cap_rows[t], -INF, p.capacity[t] - used[t], f"capacity[{tname}]")
+        if idle_rows[t]:
+            # growth takes only GPUs idle before any stop, once every start has its GPUs
+            idle = dict(idle_rows[t])
+            idle.update({v: c for v, c in cap_rows[t].items() if c > 0 and v not in m.grow.values()})
+            m.add(idle, -INF, p.capacity[t] - used[t], f"grow_idle_only[{tname}]")
         bal = {v: 1 for (_, tt), v in m.borrow.items() if tt == t}
         bal.update({v: -1 for (_, tt), v in m.lend.items() if tt == t})
         m.add(bal, -INF, 0, f"loan_balance[{tname}]")
@@ -229,6 +285,11 @@ def add_preemption_rules(m: LinearModel, p: EpochProblem) -> None:
             freed[run.type][v] = run.gpus
             if not run.on_loan:
                 freed_own[run.type][v] = run.gpus
+    for r, v in m.shrink.items():  # a step of shrinking frees ``step`` GPUs, as a preemption
+        run = p.running[r]
+        freed[run.type][v] = run.step
+        if not run.on_loan:
+            freed_own[run.type][v] = run.step
     for r, run in enumerate(p.running):
         host = index.get(run.host) if run.host is not None else None
         if host is not None and host in m.preempt and r not in m.preempt:
@@ -238,11 +299,13 @@ def add_preemption_rules(m: LinearModel, p: EpochProblem) -> None:
     # is stopped only for a guaranteed start inside quota; at least one such start, big-M
     need_own = [dict(f) for f in freed]
     need_guar = [dict(f) for f in freed_own]
+    big_own = [sum(c * m.ub[x] for x, c in f.items()) for f in freed]
+    big_guar = [sum(c * m.ub[x] for x, c in f.items()) for f in freed_own]
     for (c, t), v in m.own.items():
         if need_own[t]:
-            need_own[t][v] = -sum(freed[t].values())
+            need_own[t][v] = -big_own[t]
         if need_guar[t] and p.pending[c].guaranteed:
-            need_guar[t][v] = -sum(freed_own[t].values())
+            need_guar[t][v] = -big_guar[t]
     for (c, t), v in list(m.own.items()) + list(m.loan.items()):
         if freed[t]:
             freed[t][v] = -p.pending[c].gpus
@@ -261,6 +324,10 @@ def add_preemption_rules(m: LinearModel, p: EpochProblem) -> None:
         run = p.running[r]
         if not run.guest and p.deficit[run.type] == 0:
             pays[run.type][v] = math.ceil(PAY_SCALE * run.static_cost)
+    for r, v in m.shrink.items():
+        run = p.running[r]
+        if p.deficit[run.type] == 0:
+            pays[run.type][v] = math.ceil(PAY_SCALE * run.shrink_static)
     for (c, t), v in m.own.items():
         if pays[t]:
             pays[t][v] = -math.floor(PAY_SCALE * p.pending[c].static_value)
@@ -273,15 +340,20 @@ def add_preemption_rules(m: LinearModel, p: EpochProblem) -> None:
         run = p.running[r]
         if run.priority_victim and p.cap_of(run.tenant) is not None:
             capped.setdefault(run.tenant, {})[v] = run.gpus
+    for r, v in m.shrink.items():
+        run = p.running[r]
+        if run.priority_victim and p.cap_of(run.tenant) is not None:
+            capped.setdefault(run.tenant, {})[v] = run.step
     for i, coefs in capped.items():
         cap = p.cap_of(i)
         assert cap is not None
-        if sum(coefs.values()) > cap:
+        if sum(c * m.ub[v] for v, c in coefs.items()) > cap:
             m.add(coefs, -INF, cap, f"preemption_cap[{p.tenants[i]}]")
 
 
 CONSTRAINT_FAMILIES = (
     add_gpu_sharing,
+    add_resize_rules,
     add_preemption_rules,
     add_capacity_and_loans,
     add_start_or_queue,
@@ -315,6 +387,11 @@ def to_assignment(m: LinearModel, p: EpochProblem, values: Sequence[float]) -> A
     for r, v in m.preempt.items():
         if values[v] > 0.5:
             a.preempt.add(r)
+    for r in set(m.grow) | set(m.shrink):
+        d = round(values[m.grow[r]]) if r in m.grow else 0
+        d -= round(values[m.shrink[r]]) if r in m.shrink else 0
+        if d and r not in a.preempt:
+            a.resize[r] = d
     return a
 
 
@@ -360,6 +437,13 @@ def from_assignment(m: LinearModel, p: EpochProblem, a: Assignment) -> list[int]
         x[m.guest[index[(c, r)]]] = 1
     for r in a.preempt:
         x[m.preempt[r]] = 1
+    for r, d in a.resize.items():
+        if d > 0:
+            x[m.grow[r]] = d
+            if r in m.grow_dir:
+                x[m.grow_dir[r]] = 1
+        else:
+            x[m.shrink[r]] = -d
     # minimal loans: borrowers take exactly their excess, lenders give idle quota in order
     use = a.use(p)
     for t in range(len(p.types)):
