@@ -610,7 +610,8 @@ def check_capacity_and_loans(state: ClusterState, decision: Decision, after: _Af
         if jid in after.started:
             starts[(job.tenant, jt)].append(jid)
             if not start_by_id[jid].on_loan:
-                own_started[(job.tenant, jt)] += after.sizes[jid]
+                # a rigid job counts its gang (a wrong allocation size is invariant 2's)
+                own_started[(job.tenant, jt)] += after.sizes[jid] if job.is_elastic else job.gpus
         elif not job.on_loan:
             own_kept[(job.tenant, jt)] += after.sizes[jid]
 

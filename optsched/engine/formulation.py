@@ -41,7 +41,8 @@ Constraint families, one function each, named after the invariant they enforce
   ``preemption_cap`` bounds the GPUs of a tenant's priority victims (candidates neither on loan
   nor guests) per decision, :math:`\sum_{r \in i} g_r z_r \le \text{cap}_i`; and
   ``preemption_pays`` charges a priority victim :math:`(1 + h_i)` times its static cost. A
-  step of shrinking counts in these rows as ``step`` preempted GPUs (freed, capped, paid for).
+  step of shrinking counts in these rows as ``step`` preempted GPUs (freed, capped, paid for);
+  an elastic job grows or shrinks, not both, and neither when it is preempted.
 """
 
 from __future__ import annotations
@@ -178,8 +179,9 @@ def add_start_or_queue(m: LinearModel, p: EpochProblem) -> None:
             m.add(coefs, -INF, 1, f"one_size[{job}]")
 
 
-def add_resize_rules(m: LinearModel, p: EpochProblem) -> None:
-    """Elastic jobs: grow or shrink, not both, and neither when preempted."""
+def _resize_rules(m: LinearModel, p: EpochProblem) -> None:
+    """Elastic jobs (part of ``add_preemption_rules``): grow or shrink, not both, and neither
+    when preempted."""
     for r, d in m.grow_dir.items():
         g, s = p.running[r].grow_steps, p.running[r].shrink_steps
         m.add({m.grow[r]: 1, d: -g}, -INF, 0, f"grow_dir[{p.running[r].job}]")
@@ -273,6 +275,7 @@ def add_preemption_rules(m: LinearModel, p: EpochProblem) -> None:
     stopping the host stops the guest, :math:`z_h \le z_g`) and let a preemption happen only
     when the GPUs it frees are used by starts of the same decision.
     """
+    _resize_rules(m, p)
     index = {run.job: r for r, run in enumerate(p.running)}
     freed: list[dict[int, int]] = [{} for _ in p.types]
     freed_own: list[dict[int, int]] = [{} for _ in p.types]  # best-effort jobs inside quota
@@ -353,7 +356,6 @@ def add_preemption_rules(m: LinearModel, p: EpochProblem) -> None:
 
 CONSTRAINT_FAMILIES = (
     add_gpu_sharing,
-    add_resize_rules,
     add_preemption_rules,
     add_capacity_and_loans,
     add_start_or_queue,
