@@ -157,6 +157,9 @@ def generate(
     size: Annotated[str, typer.Option(help="tiny, venus, medium or large")] = "tiny",
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
     out: Annotated[Path | None, typer.Option("-o", "--out")] = None,
+    elastic: Annotated[
+        float, typer.Option(help="Share of jobs made elastic (min_gpus/max_gpus), 0..1.")
+    ] = 0.0,
 ) -> None:
     """Generate a valid random snapshot."""
     from optsched.instances import generate as gen
@@ -165,7 +168,9 @@ def generate(
         fail("--size", f"unknown size '{size}' (tiny, venus, medium, large)")
     if seed < 0:
         fail("--seed", "must be >= 0")
-    emit(json.dumps(gen(size, seed), indent=1), out)  # type: ignore[arg-type]
+    if not 0.0 <= elastic <= 1.0:
+        fail("--elastic", f"a share in [0, 1], got {elastic}")
+    emit(json.dumps(gen(size, seed, elastic=elastic), indent=1), out)  # type: ignore[arg-type]
 
 
 def show_versions() -> None:

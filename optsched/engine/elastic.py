@@ -16,9 +16,9 @@ A job that declares ``min_gpus`` / ``max_gpus`` (and ``gpus_step``) may run on a
   job, so a GPU beyond the requested size is worth less than the same GPU given to any start.
   Sizes above :math:`g_j` add nothing to the static value that pays for preemptions.
 * **Grow** (running job): :math:`u_r` steps, worth :math:`\eta\,\text{step}` each, only into
-  GPUs that stay idle after every start of the decision, counting no GPU a preemption or a
-  shrink frees (``grow_idle_only``); inside its tenant's quota if it runs on own quota,
-  borrowed if it runs on loan.
+  GPUs that stay idle after every start of the decision: on a type where the decision stops
+  nothing (no preemption, no shrink, ``grow_idle_only``); inside its tenant's quota if it runs
+  on own quota, borrowed if it runs on loan.
 * **Shrink** (running job that may be preempted): :math:`d_r` steps, each costing
   ``elastic_shrink`` times the cost of preempting ``step`` GPUs of it with the resize
   overhead as lost work; the GPUs it frees count as freed by a preemption (they must be used

@@ -30,8 +30,10 @@ Constraint families, one function each, named after the invariant they enforce
   capacity; per tenant and type, own starts fit in quota,
   :math:`U_{it} - b_{it} + e_{it} \le q_{it} + \kappa_{it}` (:math:`\kappa` the use kept over
   quota, amended invariant 4), and :math:`\sum_i b_{it} \le \sum_i e_{it}`; resized elastic
-  jobs count with their new size (:math:`\pm\,\text{step}_r` per step), and growth fits the
-  GPUs idle before any preemption or shrink once the starts are placed (``grow_idle_only``).
+  jobs count with their new size (:math:`\pm\,\text{step}_r` per step), and growth takes idle
+  GPUs only: an elastic job grows on a type only where the decision stops nothing (no
+  preemption, no shrink; ``grow_idle_only``, a binary :math:`\gamma_t` per type), so the
+  capacity row leaves it just what every start leaves idle.
 * ``add_preemption_rules`` (3): only candidates get a :math:`z` variable (preemptible
   best-effort, on-loan and guest jobs); stopping a host stops its guest; and GPUs freed on a
   type are used by starts on that type in the same decision,
@@ -86,6 +88,8 @@ class LinearModel:
     """running index -> steps it shrinks (elastic jobs that may be preempted)."""
     grow_dir: dict[int, int] = field(default_factory=dict)
     """running index -> 1 if it may grow, 0 if it may shrink (jobs with both)."""
+    grows_on: dict[int, int] = field(default_factory=dict)
+    """type -> 1 if an elastic job grows there (then nothing stops there)."""
     borrow: dict[tuple[int, int], int] = field(default_factory=dict)
     lend: dict[tuple[int, int], int] = field(default_factory=dict)
 
@@ -233,7 +237,8 @@ def add_capacity_and_loans(m: LinearModel, p: EpochProblem) -> None:
         use_rows[run.tenant][run.type][v] = -run.gpus
         if not run.on_loan:
             own_rows[run.tenant][run.type][v] = -run.gpus
-    idle_rows: list[dict[int, int]] = [{} for _ in range(nt)]
+    grows: list[dict[int, int]] = [{} for _ in range(nt)]
+    stops: list[dict[int, int]] = [{} for _ in range(nt)]
     for sign, vars_ in ((1, m.grow), (-1, m.shrink)):
         for r, v in vars_.items():
             run = p.running[r]
@@ -241,15 +246,20 @@ def add_capacity_and_loans(m: LinearModel, p: EpochProblem) -> None:
             use_rows[run.tenant][run.type][v] = sign * run.step
             if not run.on_loan:
                 own_rows[run.tenant][run.type][v] = sign * run.step
-            if sign > 0:
-                idle_rows[run.type][v] = run.step
+            (grows if sign > 0 else stops)[run.type][v] = run.step
+    for r, v in m.preempt.items():
+        if not p.running[r].guest:
+            stops[p.running[r].type][v] = p.running[r].gpus
     for t, tname in enumerate(p.types):
         m.add(cap_rows[t], -INF, p.capacity[t] - used[t], f"capacity[{tname}]")
-        if idle_rows[t]:
-            # growth takes only GPUs idle before any stop, once every start has its GPUs
-            idle = dict(idle_rows[t])
-            idle.update({v: c for v, c in cap_rows[t].items() if c > 0 and v not in m.grow.values()})
-            m.add(idle, -INF, p.capacity[t] - used[t], f"grow_idle_only[{tname}]")
+        if grows[t] and stops[t]:
+            # growth takes only idle GPUs: it happens on a type only where the decision stops
+            # nothing (then the capacity row leaves it what every start leaves idle)
+            gam = m.grows_on[t] = m.var(f"grows_on[{tname}]", 0, 1)
+            big_g = sum(c * m.ub[v] for v, c in grows[t].items())
+            big_s = sum(c * m.ub[v] for v, c in stops[t].items())
+            m.add({**grows[t], gam: -big_g}, -INF, 0, f"grow_on_type[{tname}]")
+            m.add({**stops[t], gam: big_s}, -INF, big_s, f"grow_idle_only[{tname}]")
         bal = {v: 1 for (_, tt), v in m.borrow.items() if tt == t}
         bal.update({v: -1 for (_, tt), v in m.lend.items() if tt == t})
         m.add(bal, -INF, 0, f"loan_balance[{tname}]")
@@ -446,6 +456,9 @@ def from_assignment(m: LinearModel, p: EpochProblem, a: Assignment) -> list[int]
                 x[m.grow_dir[r]] = 1
         else:
             x[m.shrink[r]] = -d
+        t = p.running[r].type
+        if d > 0 and t in m.grows_on:
+            x[m.grows_on[t]] = 1
     # minimal loans: borrowers take exactly their excess, lenders give idle quota in order
     use = a.use(p)
     for t in range(len(p.types)):

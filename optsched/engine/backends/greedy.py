@@ -231,9 +231,10 @@ def _priority(p: EpochProblem, a: Assignment, ledger: _Ledger) -> None:
         (c for c, cls in enumerate(p.pending) if cls.guaranteed and cls.own_types and c not in a.guests),
         key=lambda c: (-p.pending[c].density, p.pending[c].job),
     )
+    groups = _started_groups(p, a)
     for c in order:
         cls = p.pending[c]
-        while a.started(c) < cls.cap:
+        while a.started(c) < cls.cap and not (cls.group and cls.group in groups):
             done = False
             for t in cls.own_types:
                 # preemptions are paid with time-invariant worth (the model's preemption_pays)
@@ -282,6 +283,8 @@ def _priority(p: EpochProblem, a: Assignment, ledger: _Ledger) -> None:
                     taken = []
                 if got is not None:
                     a.add(c, got[0], got[1])
+                    if cls.group:
+                        groups.add(cls.group)
                     spent = trial
                     for r in taken:
                         a.preempt.add(r)
