@@ -150,8 +150,9 @@ def build_problem(
         shrink = shrink_static = 0.0
         if step:
             cw = class_weight(snap, tenant, job)
-            shrink = cw * elastic.shrink_cost(w, tweights[k], job, guaranteed, remaining)
-            shrink_static = cw * elastic.shrink_cost(w, tenant.weight, job, guaranteed, remaining)
+            # both at the static weight: a start whose static worth pays for a shrink is worth
+            # more than the shrink now, so waiting never tips a job into shrinking another
+            shrink = shrink_static = cw * elastic.shrink_cost(w, tenant.weight, job, guaranteed, remaining)
             if tenant.preemption is not None and not job.on_loan:
                 shrink_static *= 1.0 + tenant.preemption.hysteresis
             fresh = job_value(w, tweights[k], job.gpus, guaranteed, 0.0, delays[job.tenant], remaining)

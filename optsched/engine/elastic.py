@@ -21,8 +21,12 @@ A job that declares ``min_gpus`` / ``max_gpus`` (and ``gpus_step``) may run on a
   on own quota, borrowed if it runs on loan.
 * **Shrink** (running job that may be preempted): :math:`d_r` steps, each costing
   ``elastic_shrink`` times the cost of preempting ``step`` GPUs of it with the resize
-  overhead as lost work; the GPUs it frees count as freed by a preemption (they must be used
-  by starts of the same decision, the same ``preemption_pays`` rows charge its static cost).
+  overhead as lost work, at its tenant's static weight (no assurance scaling); the GPUs it
+  frees count as freed by a preemption (they must be used by starts of the same decision, the
+  same ``preemption_pays`` rows charge that cost, times ``1 + hysteresis`` for a priority
+  shrink). A start's value is at least its static worth, so a start that pays for a shrink is
+  worth more than the shrink from its first epoch on: waiting never tips a job into shrinking
+  another.
   Since :math:`\sigma_r (g_r - \text{min})/\text{step} < \kappa_r`, shrinking is preferred to
   preempting whenever the GPUs it frees are enough.
 
