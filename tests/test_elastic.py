@@ -200,6 +200,24 @@ def test_the_model_chooses_start_sizes_and_grows_into_idle_gpus(
             assert "grows" in d.explanations[r.job].text
 
 
+def test_only_jobs_that_may_shrink_take_gpus_beyond_their_request() -> None:
+    """Guaranteed jobs inside quota could never give GPUs back: with 8 idle GPUs they start on
+    and keep their requested size; best-effort ones take the rest."""
+    s = cluster(tenants={"a": {"A100": 8}, "b": {"A100": 0}})
+    s["jobs"] = [
+        running("g-run", "a", alloc("n0", [0, 1]), start_s=100.0, max_gpus=4),
+        pending("g-new", "a", 2, submit_s=9000.0, max_gpus=4),
+    ]
+    for backend in EXACT:
+        _, d = solve(s, backend)
+        assert [(x.job, len(x.allocation)) for x in d.start] == [("g-new", 2)] and not d.resize
+    s["jobs"][0]["qos"] = s["jobs"][1]["qos"] = "best_effort"
+    for backend in EXACT:
+        _, d = solve(s, backend)
+        grown = sum(r.to_gpus - r.from_gpus for r in d.resize)
+        assert sum(len(x.allocation) for x in d.start) + grown == 6, backend
+
+
 def test_growth_never_takes_gpus_a_pending_job_could_start_on(
     tiny: Callable[[str], dict[str, Any]],
 ) -> None:

@@ -246,7 +246,7 @@ def build_problem(
     for job, k, v, sv, pclass in flexible:
         guaranteed = job.qos == "guaranteed"
         placed = False
-        for size in job.sizes():
+        for size in elastic.start_sizes(job):
             usable = tuple(
                 sorted(
                     tindex[t]

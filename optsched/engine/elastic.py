@@ -18,7 +18,9 @@ A job that declares ``min_gpus`` / ``max_gpus`` (and ``gpus_step``) may run on a
 * **Grow** (running job): :math:`u_r` steps, worth :math:`\eta\,\text{step}` each, only into
   GPUs that stay idle after every start of the decision: on a type where the decision stops
   nothing (no preemption, no shrink, ``grow_idle_only``); inside its tenant's quota if it runs
-  on own quota, borrowed if it runs on loan.
+  on own quota, borrowed if it runs on loan. Only a job that may shrink later (one that may
+  be preempted: best-effort, or on loan) grows or starts above its requested size, so growth
+  never locks GPUs up in a job that cannot give them back.
 * **Shrink** (running job that may be preempted): :math:`d_r` steps, each costing
   ``elastic_shrink`` times the cost of preempting ``step`` GPUs of it with the resize
   overhead as lost work, at its tenant's static weight (no assurance scaling); the GPUs it
@@ -64,12 +66,20 @@ def static_value(job: Job, size: int, value: float) -> float:
 
 
 def steps(job: Job, may_shrink: bool) -> tuple[int, int, int]:
-    """(step, steps it may grow, steps it may shrink) of a running elastic job."""
-    if not job.is_elastic:
-        return 0, 0, 0
+    """(step, steps it may grow, steps it may shrink) of a running elastic job; a job that may
+    not shrink (it could not be preempted either) does not grow: it would hold the GPUs."""
+    if not job.is_elastic or not may_shrink:
+        return (job.gpus_step, 0, 0) if job.is_elastic else (0, 0, 0)
     lo, hi = job.size_range
     step = job.gpus_step
-    return step, (hi - job.gpus) // step, (job.gpus - lo) // step if may_shrink else 0
+    return step, (hi - job.gpus) // step, (job.gpus - lo) // step
+
+
+def start_sizes(job: Job) -> tuple[int, ...]:
+    """Sizes a pending elastic job may start on: above its requested ``gpus`` only if it may
+    be preempted (so it may shrink back later); a guaranteed job would hold the extra GPUs."""
+    sizes = job.sizes()
+    return sizes if job.is_preemptible else tuple(g for g in sizes if g <= job.gpus)
 
 
 def shrink_cost(
