@@ -106,7 +106,8 @@ def generate(
 
     ``elastic`` in [0, 1]: the share of jobs (MPS pairs excepted) made elastic, drawn from a
     generator of their own, so the rest of the snapshot is the same as with ``elastic=0``: sizes
-    from ``max(1, gpus // 2)`` to ``2 gpus`` in steps of 1, a resize overhead of 10-120 s.
+    from ``max(1, gpus // 2)`` to ``2 gpus``, in steps of ``gpus // 2`` for even gangs of 4 or
+    more (else 1), a resize overhead of 10-120 s.
     """
     if not 0.0 <= elastic <= 1.0:
         raise ValueError(f"elastic: a share in [0, 1], got {elastic}")
@@ -262,6 +263,8 @@ def generate(
             g = j["gpus"]
             j["min_gpus"] = max(1, g // 2)
             j["max_gpus"] = 2 * g
+            if g >= 4 and g % 2 == 0:
+                j["gpus_step"] = g // 2  # data-parallel sizes: 4, 8, 12, 16 for a gang of 8
             j["resize_overhead_s"] = round(float(erng.uniform(10, 120)), 1)
     return {
         "format": 1,

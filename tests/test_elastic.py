@@ -521,8 +521,9 @@ def test_generate_makes_a_share_of_jobs_elastic_and_leaves_the_rest_alone() -> N
         if "min_gpus" in j:
             n += 1
             assert j["min_gpus"] == max(1, j["gpus"] // 2) and j["max_gpus"] == 2 * j["gpus"]
-            for f in ("min_gpus", "max_gpus", "resize_overhead_s"):
-                del j[f]
+            assert j.get("gpus_step", 1) == (j["gpus"] // 2 if j["gpus"] >= 4 else 1)
+            for f in ("min_gpus", "max_gpus", "gpus_step", "resize_overhead_s"):
+                j.pop(f, None)
     assert strip == plain and 0 < n < len(el["jobs"])
     load_state(el)
     with pytest.raises(ValueError, match="elastic"):
