@@ -14,7 +14,7 @@ import pytest
 from optsched.cli import main
 from optsched.engine.apply import apply_decision
 from optsched.engine.backends.base import SolveParams
-from optsched.engine.check import check_decision
+from optsched.engine.check import check_decision, over_quota_note
 from optsched.engine.epoch import solve_epoch
 from optsched.engine.state import ClusterState, load_state, parse_snapshot
 from optsched.errors import SnapshotError
@@ -372,6 +372,28 @@ def test_growth_counts_in_quota_and_capacity() -> None:
     assert any(n == 4 and "tenant 'a' lends 2 'A100' GPUs but uses 5 of quota 5" in m for n, m in found), (
         found
     )
+
+
+def test_use_kept_over_quota_does_not_grow() -> None:
+    """a runs 2 GPUs on a quota of 1 and nobody can lend: the extra GPU may stay (noted), a
+    grown one is new use above quota."""
+    s = cluster(tenants={"a": {"A100": 1}, "b": {"A100": 0}})
+    s["jobs"] = [running("el", "a", alloc("n0", [0, 1]), start_s=1.0, qos="best_effort", max_gpus=4)]
+    state = load_state(s)
+
+    def found(gpus: list[int], kept: int) -> list[str]:
+        d = Decision.model_validate(
+            {
+                "now": s["now"],
+                "status": "feasible",
+                "solver": {"backend": "t", "seconds": 0, "notes": [over_quota_note("a", "A100", kept)]},
+                "resize": [_rz("el", gpus, 2, "grow")] if len(gpus) != 2 else [],
+            }
+        )
+        return [v.message for v in check_decision(state, d, work_conserving=False)]
+
+    assert found([0, 1], 1) == []
+    assert any("tenant 'a' uses 3 'A100' GPUs: quota 1 + loans 0" in m for m in found([0, 1, 2], 2))
 
 
 def test_a_start_of_an_elastic_job_at_a_size_off_its_grid_is_rejected() -> None:

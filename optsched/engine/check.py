@@ -602,6 +602,7 @@ def check_capacity_and_loans(state: ClusterState, decision: Decision, after: _Af
     start_by_id = {s.job: s for s in decision.start}
     own_started: dict[tuple[str, str], int] = defaultdict(int)
     own_kept: dict[tuple[str, str], int] = defaultdict(int)
+    own_old: dict[tuple[str, str], int] = defaultdict(int)  # of it, GPUs held in the snapshot
     starts: dict[tuple[str, str], list[str]] = defaultdict(list)
     for jid, jt in after.types.items():
         if jid in after.guests:
@@ -614,6 +615,7 @@ def check_capacity_and_loans(state: ClusterState, decision: Decision, after: _Af
                 own_started[(job.tenant, jt)] += after.sizes[jid] if job.is_elastic else job.gpus
         elif not job.on_loan:
             own_kept[(job.tenant, jt)] += after.sizes[jid]
+            own_old[(job.tenant, jt)] += min(job.gpus, after.sizes[jid])  # growth is new use
 
     def lendable(ten: str, t: str) -> int:
         """Idle quota ``ten`` could still lend on ``t`` after the decision."""
@@ -631,7 +633,7 @@ def check_capacity_and_loans(state: ClusterState, decision: Decision, after: _Af
             bl = state.borrow_limit(ten, t)
             excess = u - q - li
             if excess > 0:
-                held_over = max(0, own_kept[(ten, t)] - q)
+                held_over = max(0, own_old[(ten, t)] - q)
                 if excess > held_over:
                     more = f" ({held_over} of them ran above quota without a loan)" if held_over else ""
                     msg = f"tenant '{ten}' uses {u} '{t}' GPUs: quota {q} + loans {li}{more}"
