@@ -77,15 +77,20 @@ def test_out_of_range_fields_are_shape_errors(fields: dict[str, Any], path: str)
     assert err.value.path == path
 
 
-def test_an_elastic_job_shares_no_gpu() -> None:
-    s = cluster()
+def test_an_elastic_job_sharing_its_gpus_keeps_its_size() -> None:
+    """An elastic MPS pair already running is valid input; neither job is resized while they
+    share, though idle GPUs wait; a new elastic job is never made a guest."""
+    s = cluster(tenants={"a": {"A100": 8}, "b": {"A100": 0}})
     s["jobs"] = [
-        running("h", "a", alloc("n0", [0]), start_s=1.0, qos="best_effort", colocated=True),
+        running("h", "a", alloc("n0", [0]), start_s=1.0, qos="best_effort", colocated=True, max_gpus=4),
         running("g", "a", alloc("n0", [0]), start_s=2.0, qos="best_effort", colocated=True, max_gpus=2),
+        pending("p", "a", 1, submit_s=0.0, qos="best_effort", max_gpus=2, memory_gib=1.0),
     ]
-    with pytest.raises(SnapshotError) as err:
-        load_state(s)
-    assert err.value.path == "jobs[1].colocated"
+    s["jobs"][0]["memory_gib"] = s["jobs"][1]["memory_gib"] = 1.0
+    for backend in EXACT:
+        _, d = solve(s, backend)
+        assert not d.resize and not d.preempt
+        assert [(x.job, x.colocated_with) for x in d.start] == [("p", None)]
 
 
 def test_sizes_of_a_job() -> None:

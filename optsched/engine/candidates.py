@@ -146,7 +146,8 @@ def build_problem(
         slots = 0
         if not guest and job.is_shareable and snap.gpu_types[types[t]].mps and not job.is_elastic:
             slots = 0 if guest_on.get(job.id, 0) else job.gpus  # MPS *pairs*: one guest a host
-        step, grow_steps, shrink_steps = elastic.steps(job, candidate)
+        # an elastic job sharing its GPUs through MPS keeps its size while it shares them
+        step, grow_steps, shrink_steps = elastic.steps(job, candidate and not job.colocated)
         shrink = shrink_static = 0.0
         if step:
             cw = class_weight(snap, tenant, job)

@@ -67,7 +67,8 @@ def static_value(job: Job, size: int, value: float) -> float:
 
 def steps(job: Job, may_shrink: bool) -> tuple[int, int, int]:
     """(step, steps it may grow, steps it may shrink) of a running elastic job; a job that may
-    not shrink (it could not be preempted either) does not grow: it would hold the GPUs."""
+    not shrink (it could not be preempted, or it shares its GPUs through MPS) does not grow
+    either: it would hold the GPUs."""
     if not job.is_elastic or not may_shrink:
         return (job.gpus_step, 0, 0) if job.is_elastic else (0, 0, 0)
     lo, hi = job.size_range

@@ -349,8 +349,6 @@ def _validate_elastic(job: Job, i: int) -> None:
             f"gpus {job.gpus} is not an allowed size (min_gpus {lo} + a multiple of gpus_step "
             f"{job.gpus_step})",
         )
-    if job.colocated or job.guest_of is not None:
-        raise SnapshotError(f"{p}.colocated", "an elastic job does not share GPUs through MPS")
 
 
 def _host_guest(a: Job, b: Job) -> tuple[Job, Job]:
