@@ -7,8 +7,9 @@ from tenants with idle quota (within ``borrow_limit`` and ``lend_limit``); a rec
 cannot fit preempts on-loan jobs of other tenants on its type, cheapest per GPU first; a job
 with MPS pairs that cannot start alone becomes the guest of its best candidate host. An
 elastic job starts at the largest of its sizes up to its requested one that fits (its sizes
-have the same value per GPU; growth is the exact model's); an on-loan elastic job is shrunk,
-step by step, before it is reclaimed whole. Deterministic, no randomness.
+have the same value per GPU); an on-loan elastic job is shrunk, step by step, before it is
+reclaimed whole; last, running elastic jobs grow into what the plan leaves idle on the types
+where it stops nothing. Deterministic, no randomness.
 
 :func:`fill` starts, on top of any assignment, every queued job that still fits free GPUs
 within the rules (no preemption), so no decision leaves work undone that it could start.
@@ -197,7 +198,40 @@ def greedy_assignment(p: EpochProblem) -> Assignment:
     _run(p, a, ledger, reclaim=True)
     _priority(p, a, ledger)
     _drop_unused_preemptions(p, a)
+    _grow(p, a)
     return a
+
+
+def _grow(p: EpochProblem, a: Assignment) -> None:
+    """Grow running elastic jobs into the GPUs the plan leaves idle, as the model does: only on
+    types where the plan stops nothing, inside quota (jobs on own quota) or borrowed (jobs on
+    loan), highest growth value per GPU first (then job id), one step at a time."""
+    ledger = _Ledger(p, a)
+    stopped = {p.running[r].type for r in a.preempt if not p.running[r].guest}
+    stopped |= {p.running[r].type for r in a.resize}  # the plan's resizes so far are shrinks
+    order = sorted(
+        (
+            r
+            for r, run in enumerate(p.running)
+            if run.grow_steps and r not in a.preempt and r not in a.resize and run.type not in stopped
+        ),
+        key=lambda r: (-p.running[r].grow_value / p.running[r].step, p.running[r].job),
+    )
+    for r in order:
+        run = p.running[r]
+        i, t = run.tenant, run.type
+        d = 0
+        while d < run.grow_steps:
+            if not run.on_loan and ledger.own[i][t] + run.step > p.quota[i][t]:
+                break
+            _resize(ledger, p, r, 1)
+            if not ledger.feasible(i, t):
+                _resize(ledger, p, r, -1)
+                ledger.freed[t] -= run.step  # an undone growth frees nothing
+                break
+            d += 1
+        if d:
+            a.resize[r] = d
 
 
 def _priority(p: EpochProblem, a: Assignment, ledger: _Ledger) -> None:
