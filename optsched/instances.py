@@ -183,12 +183,20 @@ def _tree_flows(
 
 
 def generate(
-    size: Size = "tiny", seed: int = 0, now: float = 86400.0, tree: bool = False
+    size: Size = "tiny", seed: int = 0, now: float = 86400.0, tree: bool = False, elastic: float = 0.0
 ) -> dict[str, Any]:
-    """A valid format-1 snapshot as a JSON-ready dict; ``tree``: with a quota tree above the
-    tenants (:func:`quota_tree`)."""
+    """A valid format-1 snapshot as a JSON-ready dict.
+
+    ``tree``: with a quota tree above the tenants (:func:`quota_tree`). ``elastic`` in [0, 1]:
+    the share of jobs (MPS pairs excepted) made elastic, drawn from a generator of their own, so
+    the rest of the snapshot is the same as with ``elastic=0``: sizes from ``max(1, gpus // 2)``
+    to ``2 gpus``, in steps of ``gpus // 2`` for even gangs of 4 or more (else 1), a resize
+    overhead of 10-120 s.
+    """
     if tree:
-        return quota_tree(generate(size, seed, now), seed)
+        return quota_tree(generate(size, seed, now, elastic=elastic), seed)
+    if not 0.0 <= elastic <= 1.0:
+        raise ValueError(f"elastic: a share in [0, 1], got {elastic}")
     rng = np.random.default_rng(seed)
     spec = _spec(size, rng)
     type_names = list(spec.types)
@@ -333,6 +341,17 @@ def generate(
         j = job_fields(p, "pending")
         j["submit_s"] = round(now - float(rng.exponential(2400)), 1)
         jobs.append(j)
+    if elastic > 0:
+        erng = np.random.default_rng([seed, 11])
+        for j in jobs:
+            if erng.random() >= elastic or j.get("colocated"):
+                continue
+            g = j["gpus"]
+            j["min_gpus"] = max(1, g // 2)
+            j["max_gpus"] = 2 * g
+            if g >= 4 and g % 2 == 0:
+                j["gpus_step"] = g // 2  # data-parallel sizes: 4, 8, 12, 16 for a gang of 8
+            j["resize_overhead_s"] = round(float(erng.uniform(10, 120)), 1)
     return {
         "format": 1,
         "now": now,

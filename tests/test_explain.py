@@ -56,6 +56,7 @@ class After:
             if n.get("available", True):
                 self.cap[n["gpu_type"]] += sum((n["id"], g) not in pool for g in range(n["gpus"]))
         self.preempted = {p.job for p in d.preempt}
+        self.resized = {rz.job: rz for rz in d.resize}
         hosts = self.state.host_of
         self.use: dict[tuple[str, str], int] = defaultdict(int)
         self.before: dict[tuple[str, str], int] = defaultdict(int)
@@ -64,7 +65,9 @@ class After:
                 continue
             key = (j["tenant"], self.node_type[j["allocation"][0]["node"]])
             self.before[key] += j["gpus"]
-            if j["id"] not in self.preempted:
+            if j["id"] in self.resized:
+                self.use[key] += self.resized[j["id"]].to_gpus
+            elif j["id"] not in self.preempted:
                 self.use[key] += j["gpus"]
         self.started: dict[str, list[str]] = defaultdict(list)  # type -> non-guest starts
         self.start_gpus: dict[str, int] = defaultdict(int)
@@ -154,7 +157,9 @@ def verify(snap: dict[str, Any], d: Decision) -> set[tuple[str, str]]:
     """Assert every explanation of ``d`` holds; return the (code, binding) pairs seen."""
     a = After(snap, d)
     explained = set(d.explanations)
-    assert explained == set(d.queue) | a.preempted, "exactly the queued and the preempted jobs"
+    assert explained == set(d.queue) | a.preempted | set(a.resized), (
+        "exactly the queued, the preempted and the resized jobs"
+    )
     seen: set[tuple[str, str]] = set()
     for jid in d.queue:
         e = d.explanations[jid]
@@ -165,12 +170,21 @@ def verify(snap: dict[str, Any], d: Decision) -> set[tuple[str, str]]:
         assert e.code == p.reason.value
         check_preempted(a, p.job, e, d)
         seen.add((e.code, e.binding))
+    for jid, rz in a.resized.items():
+        e = d.explanations[jid]
+        assert e.code == rz.reason.value and e.tenant == a.jobs[jid]["tenant"]
+        assert e.resource is not None and e.resource.gpus == abs(rz.to_gpus - rz.from_gpus)
+        gone = {(r["node"], r["gpu"]) for r in a.jobs[jid]["allocation"]} - {r.key() for r in rz.allocation}
+        assert set(e.made_room_for) == {j for k in gone for j in a.on_gpu.get(k, ())}
+        assert ("grows" if rz.reason == "grow" else "shrinks") in e.text
+        assert f"from {rz.from_gpus} " in e.text and f"to {rz.to_gpus} " in e.text
+        seen.add((e.code, e.binding))
     return seen
 
 
 def check_queued(a: After, jid: str, e: Explanation, d: Decision) -> None:
     job = a.jobs[jid]
-    ten, g = job["tenant"], job["gpus"]
+    ten, g = job["tenant"], job.get("min_gpus") or job["gpus"]  # an elastic job at its smallest
     assert e.code == d.queue_reasons[jid].value
     assert e.tenant == ten
     allowed = job["gpu_types"] if job.get("gpu_types") is not None else a.types

@@ -160,6 +160,9 @@ def generate(
     tree: Annotated[
         bool, typer.Option("--tree", help="Put the tenants under a quota tree (orgs -> teams -> tenants).")
     ] = False,
+    elastic: Annotated[
+        float, typer.Option(help="Share of jobs made elastic (min_gpus/max_gpus), 0..1.")
+    ] = 0.0,
 ) -> None:
     """Generate a valid random snapshot."""
     from optsched.instances import generate as gen
@@ -168,7 +171,9 @@ def generate(
         fail("--size", f"unknown size '{size}' (tiny, venus, medium, large)")
     if seed < 0:
         fail("--seed", "must be >= 0")
-    emit(json.dumps(gen(size, seed, tree=tree), indent=1), out)  # type: ignore[arg-type]
+    if not 0.0 <= elastic <= 1.0:
+        fail("--elastic", f"a share in [0, 1], got {elastic}")
+    emit(json.dumps(gen(size, seed, tree=tree, elastic=elastic), indent=1), out)  # type: ignore[arg-type]
 
 
 def show_versions() -> None:

@@ -18,6 +18,10 @@ What it does, in order:
    ``allocation`` with ``start_s = now`` and the decision's ``on_loan``. A start with
    ``colocated_with`` is an MPS guest: it gets ``colocated: true`` and ``guest_of`` its host,
    and the host gets ``colocated: true``. ``restart_cost_s`` is kept as the pending job had it.
+   An elastic job's ``gpus`` becomes the size it starts on (``len(allocation)``).
+2b. **Resizes**: every job in ``decision.resize`` keeps running on the resize's ``allocation``;
+   its ``gpus`` becomes ``to_gpus``; ``start_s``, ``on_loan`` and the rest are kept (its progress
+   is kept; the resize overhead is the host's to charge).
 3. **Sharing flags**: a running job whose partner left (its host or guest was preempted)
    runs alone again: ``colocated`` becomes false; a guest whose host left keeps its GPUs, as
    the simulator does, and is marked ``on_loan`` when its tenant's own use of that GPU type
@@ -64,8 +68,8 @@ def apply_decision(snapshot: Snapshot, decision: Decision, *, advance_s: float |
     ------
     ValueError
         When the decision does not fit the snapshot: another ``now``, a started job that is
-        not pending, a preempted job that is not running, a job named twice, an unknown
-        host, or a negative ``advance_s``.
+        not pending, a preempted or resized job that is not running, a job named twice, an
+        unknown host, or a negative ``advance_s``.
     """
     step = snapshot.epoch_s if advance_s is None else float(advance_s)
     if step < 0:
@@ -104,6 +108,8 @@ def apply_decision(snapshot: Snapshot, decision: Decision, *, advance_s: float |
         job.allocation = [GpuRef(node=r.node, gpu=r.gpu) for r in s.allocation]
         job.start_s = now
         job.on_loan = bool(s.on_loan)
+        if not s.colocated_with:
+            job.gpus = len(s.allocation)
         if s.colocated_with:
             host = by_id.get(s.colocated_with[0])
             if host is None or host.state != "running":
@@ -114,6 +120,15 @@ def apply_decision(snapshot: Snapshot, decision: Decision, *, advance_s: float |
         else:
             job.colocated = False
             job.guest_of = None
+
+    # 2b. resizes -----------------------------------------------------------------------
+    for rz in decision.resize:
+        job = by_id.get(rz.job)
+        if job is None or job.state != "running" or rz.job in seen:
+            raise ValueError(f"resize: '{rz.job}' is not a running job of the snapshot kept running")
+        seen.add(rz.job)
+        job.allocation = [GpuRef(node=r.node, gpu=r.gpu) for r in rz.allocation]
+        job.gpus = len(rz.allocation)
 
     # 3. partners that left -------------------------------------------------------------
     _fix_sharing(snapshot, jobs)

@@ -20,13 +20,18 @@ the assurance signal into an :class:`~optsched.engine.problem.EpochProblem`:
   and its ``max_gpus_per_epoch`` becomes ``EpochProblem.preempt_cap``.
 * **over-quota use** (amended invariant 4): GPUs running above quota without a loan that no
   lender can cover keep running; the tenant's classes may not add to them on that type.
+* **elastic jobs** (:mod:`optsched.engine.elastic`): a pending elastic job is a group of
+  singleton classes, one per allowed size; a running one carries how far it may grow and
+  shrink, with the value of a step of growth and the cost of a step of shrinking.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 
 from optsched.engine import assurance as asr
+from optsched.engine import elastic
 from optsched.engine.objective import DEFAULT_WEIGHTS, ObjectiveWeights, job_value, preemption_cost
 from optsched.engine.problem import EpochProblem, GuestCandidate, PendingClass, RunningItem
 from optsched.engine.quota_tree import EMPTY, LoanMatcher, QuotaTree
@@ -107,6 +112,8 @@ def build_problem(
     share_limit = {i: asr.max_host_slowdown(signal[i].value) for i in ten_ids}
     max_cost = 0.0
     down = {n for n, ok in node_ok.items() if not ok}
+    delays = {i: asr.max_delay(state, i)[0] for i in ten_ids}
+    own_density: dict[int, float] = {}  # elastic running item -> its fresh value per GPU
     for job in state.running():
         assert job.allocation is not None
         if down and any(r.node in down for r in job.allocation):
@@ -138,12 +145,25 @@ def build_problem(
             static_cost *= 1.0 + tenant.preemption.hysteresis  # paid with (1 + h) times its cost
         max_cost = max(max_cost, cost)
         slots = 0
-        if not guest and job.is_shareable and snap.gpu_types[types[t]].mps:
+        if not guest and job.is_shareable and snap.gpu_types[types[t]].mps and not job.is_elastic:
             slots = 0 if guest_on.get(job.id, 0) else job.gpus  # MPS *pairs*: one guest a host
+        # an elastic job sharing its GPUs through MPS keeps its size while it shares them
+        step, grow_steps, shrink_steps = elastic.steps(job, candidate and not job.colocated)
+        shrink = shrink_static = 0.0
+        if step:
+            cw = class_weight(snap, tenant, job)
+            # both at the static weight: a start whose static worth pays for a shrink is worth
+            # more than the shrink now, so waiting never tips a job into shrinking another
+            shrink = shrink_static = cw * elastic.shrink_cost(w, tenant.weight, job, guaranteed, remaining)
+            if tenant.preemption is not None and not job.on_loan:
+                shrink_static *= 1.0 + tenant.preemption.hysteresis
+            fresh = job_value(w, tweights[k], job.gpus, guaranteed, 0.0, delays[job.tenant], remaining)
+            own_density[len(running)] = cw * fresh / job.gpus
         running.append(
             RunningItem(
                 job.id, k, t, job.gpus, job.on_loan, guest, candidate, cost, lost, slots, host=host_id,
-                static_cost=static_cost,
+                static_cost=static_cost, step=step, grow_steps=grow_steps, shrink_steps=shrink_steps,
+                shrink_cost=shrink, shrink_static=shrink_static, overhead_s=job.resize_overhead_s,
             )
         )
 
@@ -178,8 +198,9 @@ def build_problem(
     shareable_jobs: list[tuple[float, str, ClassKey]] = []
     # per (tenant, gang, allowed types): the usable type indices and whether one is MPS
     kinds: dict[tuple[int, int, tuple[str, ...] | None], tuple[tuple[int, ...], bool]] = {}
-    delays = {i: asr.max_delay(state, i)[0] for i in ten_ids}
     unknown_classes: set[tuple[str, str]] = set()
+    # elastic pending jobs: (job, tenant, value, static value, priority class), sized below
+    flexible: list[tuple[Job, int, float, float, str]] = []
     for job in state.pending():
         k = state.tenant_index[job.tenant]
         kind = (k, job.gpus, None if job.gpu_types is None else tuple(job.gpu_types))
@@ -209,6 +230,10 @@ def build_problem(
             v *= cw
             static[job.id] *= cw
         density[job.id] = v / job.gpus
+        if job.is_elastic:
+            memory[job.id] = est.memory_gib
+            flexible.append((job, k, v, static[job.id], pclass))
+            continue
         if not allowed:
             unplaceable.append(job.id)
             continue
@@ -217,6 +242,38 @@ def build_problem(
         if job.is_shareable and any_mps:
             shareable_jobs.append((-v, job.id, key))
         members[key].append((-v, job.submit_s, job.id))
+
+    # elastic pending jobs: one singleton class per allowed size, grouped by the job ---------
+    rate = elastic.growth_rate(w, list(density.values()))
+    group_of: dict[ClassKey, str] = {}
+    static_of: dict[ClassKey, float] = {}
+    for job, k, v, sv, pclass in flexible:
+        guaranteed = job.qos == "guaranteed"
+        placed = False
+        for size in elastic.start_sizes(job):
+            usable = tuple(
+                sorted(
+                    tindex[t]
+                    for t in state.allowed_types(job)
+                    if capacity[tindex[t]] >= size and kept_over[k][tindex[t]] == 0
+                )
+            )
+            if not usable:
+                continue
+            placed = True
+            key = (k, size, usable, guaranteed, job.id, pclass)
+            members[key] = [(-elastic.start_value(job, size, v, rate), job.submit_s, job.id)]
+            group_of[key] = job.id
+            static_of[key] = elastic.static_value(job, size, sv)
+        if not placed:
+            unplaceable.append(job.id)
+    if own_density:
+        low = min(density.values(), default=float("inf"))
+        for ri, own in own_density.items():
+            run = running[ri]
+            if run.grow_steps:
+                per_gpu = w.elastic_grow * min(own, low)
+                running[ri] = dataclasses.replace(run, grow_value=per_gpu * run.step)
 
     # guest candidates (pairs), scored for the most valuable shareable jobs --------------------
     hosts = sorted(
@@ -278,6 +335,7 @@ def build_problem(
         if not mem:
             continue
         k, gpus, allowed, guaranteed, single, _ = key
+        group = group_of.get(key, "")
         own_types = tuple(t for t in allowed if held_own[k][t] + gpus <= quota[k][t])
         reclaim = guaranteed and signal[ten_ids[k]].reclaim and bool(own_types)
         bonus = reclaim_bonus if reclaim else 0.0
@@ -304,9 +362,10 @@ def build_problem(
                 loan_penalty=w.loan_penalty * head,
                 guaranteed=guaranteed,
                 reclaim=reclaim,
-                shareable=bool(single),
+                shareable=bool(single) and not group,
                 memory_gib=max(memory[j] for j in jobs),
-                static_value=min(static[j] for j in jobs) + bonus,
+                static_value=static_of.get(key, min(static[j] for j in jobs)) + bonus,
+                group=group,
             )
         )
         for ri, gv, hs, gs in pair_rows.get(single, []) if single else []:

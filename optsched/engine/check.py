@@ -9,11 +9,14 @@
  1  gpu-sharing         a GPU holds one job, or on an ``mps`` type two     ``check_gpu_sharing``
                         shareable jobs whose memory fits together
  2  placement           gang all-or-nothing, one allowed type, available   ``check_placement``
-                        nodes, no GPU given twice, running jobs keep theirs
+                        nodes, no GPU given twice, running jobs keep theirs ``check_resize``
+                        (elastic jobs: one allowed size; a resize grows
+                        onto GPUs free in the snapshot or keeps a subset)
  3  preemption          only preemptible / on-loan / guest / unavailable-  ``check_preemption``
                         node jobs are preempted; guaranteed in-quota jobs
                         never for another tenant; operator controls
-                        (``min-runtime``, ``preemption-cap``)
+                        (``min-runtime``, ``preemption-cap``); the same
+                        for shrinking an elastic job
  4  capacity-and-loans  per type: use within capacity, use above quota     ``check_capacity_and_loans``
                         covered by loans within borrow and lend limits,
                         at every level of the quota tree (group
@@ -43,8 +46,8 @@ from dataclasses import dataclass
 from optsched.engine.quota_tree import group_flows
 from optsched.engine.state import ClusterState, GpuKey
 from optsched.engine.violations import INVARIANT_NAMES, Violation
-from optsched.schema.decision import Decision, PreemptReason
-from optsched.schema.snapshot import Job
+from optsched.schema.decision import Decision, PreemptReason, ResizeReason
+from optsched.schema.snapshot import GpuRef, Job
 from optsched.workflows.check import check_workflow_plan
 
 __all__ = [
@@ -55,6 +58,7 @@ __all__ = [
     "check_gpu_sharing",
     "check_placement",
     "check_preemption",
+    "check_resize",
     "check_start_or_queue",
     "check_work_conservation",
     "over_quota_note",
@@ -105,6 +109,17 @@ class _After:
     started: dict[str, Job]
     use: dict[tuple[str, str], int]
     """(tenant, type) -> GPUs held after the decision, MPS guests excluded (see :func:`tenant_use`)."""
+    sizes: dict[str, int]
+    """job id -> GPUs it holds after the decision, for every kept running and started job."""
+
+
+def _resized(state: ClusterState, decision: Decision) -> dict[str, list[GpuRef]]:
+    """The new allocation of every running job the decision resizes (first entry per job)."""
+    out: dict[str, list[GpuRef]] = {}
+    for rz in decision.resize:
+        if rz.job in state.job_index and state.job(rz.job).state == "running":
+            out.setdefault(rz.job, list(rz.allocation))
+    return out
 
 
 def _after(state: ClusterState, decision: Decision) -> _After:
@@ -113,13 +128,17 @@ def _after(state: ClusterState, decision: Decision) -> _After:
     guests: dict[str, list[str]] = {}
     types: dict[str, str] = {}
     host_of = state.host_of
+    resized = _resized(state, decision)
+    sizes: dict[str, int] = {}
     for job in state.running():
         jid = job.id
         if jid in preempted:
             continue
         assert job.allocation is not None
         types[jid] = state.job_type(job)
-        for ref in job.allocation:
+        alloc = resized.get(jid, job.allocation)
+        sizes[jid] = len(alloc)
+        for ref in alloc:
             holders[(ref.node, ref.gpu)].append(jid)
         if jid in host_of:
             guests[jid] = [host_of[jid]]
@@ -129,6 +148,7 @@ def _after(state: ClusterState, decision: Decision) -> _After:
             continue
         job = state.job(s.job)
         started[s.job] = job
+        sizes[s.job] = len(s.allocation)
         for ref in s.allocation:
             holders[ref.key()].append(s.job)
         if s.colocated_with:
@@ -139,7 +159,7 @@ def _after(state: ClusterState, decision: Decision) -> _After:
     for ids in holders.values():
         if len(ids) > 1:
             ids.sort(key=lambda j: j in guests)
-    return _After(holders, guests, types, preempted, started, _use(state, holders, guests))
+    return _After(holders, guests, types, preempted, started, _use(state, holders, guests), sizes)
 
 
 def _shared(after: _After) -> list[tuple[GpuKey, list[str]]]:
@@ -208,14 +228,12 @@ def check_placement(state: ClusterState, decision: Decision, after: _After) -> l
         if job.state != "pending":
             out.append(Violation(2, f"job '{s.job}' is already running", (s.job,)))
             continue
-        if len(s.allocation) != job.gpus:
-            out.append(
-                Violation(
-                    2,
-                    f"job '{s.job}' gets {len(s.allocation)} GPUs, asks for {job.gpus}",
-                    (s.job,),
-                )
+        if len(s.allocation) not in job.sizes():
+            lo, hi = job.size_range
+            asks = f"asks for {job.gpus}" if not job.is_elastic else (
+                f"allowed sizes {lo}..{hi} in steps of {job.gpus_step}"
             )
+            out.append(Violation(2, f"job '{s.job}' gets {len(s.allocation)} GPUs, {asks}", (s.job,)))
         keys = [r.key() for r in s.allocation]
         if len(set(keys)) != len(keys):
             out.append(Violation(2, f"job '{s.job}' lists a GPU twice", (s.job,)))
@@ -278,6 +296,116 @@ def check_placement(state: ClusterState, decision: Decision, after: _After) -> l
             paired = after.guests.get(b) and a in after.guests[b]
             if not paired and not (a in after.guests and b in after.guests[a]):
                 out.append(Violation(2, f"GPU {key[0]}/{key[1]} given to both '{a}' and '{b}'", (a, b)))
+    return out
+
+
+def check_resize(state: ClusterState, decision: Decision, after: _After) -> list[Violation]:
+    """Invariants 2 and 3 for ``decision.resize``: a resized job is a running elastic job, not
+    preempted, not sharing GPUs, resized once, to one of its allowed sizes; growth adds GPUs of
+    its type on available nodes that no job held in the snapshot; a shrink keeps a subset of its
+    GPUs and, like a preemption, needs a job that may be preempted (or runs on loan, for
+    ``shrink_for_reclaim``), and never gives a guaranteed in-quota job's GPUs to another tenant.
+    """
+    out: list[Violation] = []
+    seen: set[str] = set()
+    start_on: dict[GpuKey, list[str]] = defaultdict(list)
+    for s in decision.start:
+        if s.job in after.started:
+            for ref in s.allocation:
+                start_on[ref.key()].append(s.job)
+    for rz in decision.resize:
+        jid = rz.job
+        if jid not in state.job_index or state.job(jid).state != "running":
+            out.append(Violation(2, f"resizes '{jid}', which is not a running job", (jid,)))
+            continue
+        if jid in seen:
+            out.append(Violation(2, f"resizes '{jid}' twice", (jid,)))
+            continue
+        seen.add(jid)
+        job = state.job(jid)
+        assert job.allocation is not None
+        if jid in after.preempted:
+            out.append(Violation(2, f"'{jid}' is both preempted and resized", (jid,)))
+        if not job.is_elastic:
+            out.append(Violation(2, f"resizes '{jid}', which is not elastic", (jid,)))
+            continue
+        if job.colocated:
+            out.append(Violation(2, f"resizes '{jid}', which shares its GPUs through MPS", (jid,)))
+        lo, hi = job.size_range
+        if rz.from_gpus != job.gpus:
+            msg = f"resize of '{jid}' says from {rz.from_gpus} GPUs, it holds {job.gpus}"
+            out.append(Violation(2, msg, (jid,)))
+        if rz.to_gpus != len(rz.allocation):
+            msg = f"resize of '{jid}' says to {rz.to_gpus} GPUs, its allocation has {len(rz.allocation)}"
+            out.append(Violation(2, msg, (jid,)))
+        n = len(rz.allocation)
+        if n not in job.sizes():
+            out.append(
+                Violation(
+                    2,
+                    f"'{jid}' resized to {n} GPUs, allowed sizes {lo}..{hi} in steps of {job.gpus_step}",
+                    (jid,),
+                )
+            )
+        old = [r.key() for r in job.allocation]
+        new = [r.key() for r in rz.allocation]
+        if len(set(new)) != len(new):
+            out.append(Violation(2, f"resize of '{jid}' lists a GPU twice", (jid,)))
+        if n == job.gpus:
+            out.append(Violation(2, f"resize of '{jid}' does not change its size", (jid,)))
+            continue
+        t = state.job_type(job)
+        if n > job.gpus:
+            if rz.reason != ResizeReason.GROW:
+                out.append(Violation(2, f"'{jid}' grows but the reason is '{rz.reason.value}'", (jid,)))
+            if not set(old) <= set(new):
+                out.append(Violation(2, f"'{jid}' grows but drops GPUs it holds", (jid,)))
+            for ref in rz.allocation:
+                key = ref.key()
+                if key in old:
+                    continue
+                i = state.node_index.get(ref.node)
+                if i is None or ref.gpu >= state.snapshot.nodes[i].gpus:
+                    out.append(Violation(2, f"'{jid}' grows onto missing GPU {ref.node}/{ref.gpu}", (jid,)))
+                    continue
+                node = state.snapshot.nodes[i]
+                where = f"GPU {ref.node}/{ref.gpu}"
+                if not node.available or key in state.pool_gpus:
+                    out.append(Violation(2, f"'{jid}' grows onto unavailable {where}", (jid,)))
+                if node.gpu_type != t:
+                    msg = f"'{jid}' grows onto type '{node.gpu_type}', it runs on '{t}'"
+                    out.append(Violation(2, msg, (jid,)))
+                if key in state.gpu_holders:
+                    out.append(
+                        Violation(
+                            2,
+                            f"'{jid}' grows onto GPU {ref.node}/{ref.gpu}, held in the snapshot (growth "
+                            "takes idle GPUs only)",
+                            (jid,),
+                        )
+                    )
+            continue
+        # shrink
+        if rz.reason == ResizeReason.GROW:
+            out.append(Violation(2, f"'{jid}' shrinks but the reason is 'grow'", (jid,)))
+        if not set(new) <= set(old):
+            out.append(Violation(2, f"'{jid}' shrinks onto GPUs it does not hold", (jid,)))
+        if not (job.is_preemptible or job.on_loan):
+            out.append(Violation(3, f"'{jid}' is shrunk but may not be preempted", (jid,)))
+        if rz.reason == ResizeReason.SHRINK_FOR_RECLAIM and not job.on_loan:
+            out.append(Violation(3, f"'{jid}' shrunk for reclaim but it does not run on loan", (jid,)))
+        if job.qos == "guaranteed" and not job.on_loan:
+            gone = set(old) - set(new)
+            for sid in sorted({x for k in gone for x in start_on.get(k, ())}):
+                if after.started[sid].tenant != job.tenant:
+                    out.append(
+                        Violation(
+                            3,
+                            f"guaranteed in-quota job '{jid}' of '{job.tenant}' shrunk for '{sid}' "
+                            f"of '{after.started[sid].tenant}'",
+                            (jid, sid),
+                        )
+                    )
     return out
 
 
@@ -344,17 +472,26 @@ def _check_operator_controls(state: ClusterState, decision: Decision) -> list[Vi
     """Invariant 3, operator controls: ``min-runtime`` (a job that has run less than its minimum
     runtime is not preempted) and ``preemption-cap`` (a tenant's preempted GPUs per decision
     stay within ``max_gpus_per_epoch``). Both count priority victims only: reclaim of on-loan
-    jobs, jobs on unavailable nodes and MPS guests are exempt."""
+    jobs, jobs on unavailable nodes and MPS guests are exempt. Shrinking an elastic job for a
+    start counts as preempting the GPUs it gives up."""
     snap = state.snapshot
     out: list[Violation] = []
     lost: dict[str, int] = defaultdict(int)
     seen: set[str] = set()
-    for p in decision.preempt:
-        if p.job not in state.job_index or p.job in seen:
+    # (job, GPUs it gives up or None for all of them, what happens to it)
+    stops: list[tuple[str, int | None, str]] = [(p.job, None, "preempted") for p in decision.preempt]
+    stops += [
+        (rz.job, rz.from_gpus - len(rz.allocation), "shrunk")
+        for rz in decision.resize
+        if rz.reason == ResizeReason.SHRINK_FOR_START and rz.from_gpus > len(rz.allocation)
+    ]
+    for jid, gone, verb in stops:
+        if jid not in state.job_index or (gone is None and jid in seen):
             continue
-        seen.add(p.job)
-        job = state.job(p.job)
-        if job.state != "running" or job.allocation is None or job.on_loan or p.job in state.host_of:
+        if gone is None:
+            seen.add(jid)
+        job = state.job(jid)
+        if job.state != "running" or job.allocation is None or job.on_loan or jid in state.host_of:
             continue
         if any(not state.node_available(r.node) for r in job.allocation):
             continue
@@ -366,11 +503,11 @@ def _check_operator_controls(state: ClusterState, decision: Decision) -> list[Vi
             out.append(
                 Violation(
                     3,
-                    f"min-runtime: '{p.job}' preempted after {ran:g} s, its minimum runtime is {minimum:g} s",
-                    (p.job,),
+                    f"min-runtime: '{jid}' {verb} after {ran:g} s, its minimum runtime is {minimum:g} s",
+                    (jid,),
                 )
             )
-        lost[job.tenant] += job.gpus
+        lost[job.tenant] += job.gpus if gone is None else gone
     for ten in snap.tenants:
         cap = ten.preemption.max_gpus_per_epoch if ten.preemption is not None else None
         if cap is not None and lost[ten.id] > cap:
@@ -540,6 +677,7 @@ def check_capacity_and_loans(state: ClusterState, decision: Decision, after: _Af
     start_by_id = {s.job: s for s in decision.start}
     own_started: dict[tuple[str, str], int] = defaultdict(int)
     own_kept: dict[tuple[str, str], int] = defaultdict(int)
+    own_old: dict[tuple[str, str], int] = defaultdict(int)  # of it, GPUs held in the snapshot
     starts: dict[tuple[str, str], list[str]] = defaultdict(list)
     for jid, jt in after.types.items():
         if jid in after.guests:
@@ -548,9 +686,11 @@ def check_capacity_and_loans(state: ClusterState, decision: Decision, after: _Af
         if jid in after.started:
             starts[(job.tenant, jt)].append(jid)
             if not start_by_id[jid].on_loan:
-                own_started[(job.tenant, jt)] += job.gpus
+                # a rigid job counts its gang (a wrong allocation size is invariant 2's)
+                own_started[(job.tenant, jt)] += after.sizes[jid] if job.is_elastic else job.gpus
         elif not job.on_loan:
-            own_kept[(job.tenant, jt)] += job.gpus
+            own_kept[(job.tenant, jt)] += after.sizes[jid]
+            own_old[(job.tenant, jt)] += min(job.gpus, after.sizes[jid])  # growth is new use
 
     def lendable(ten: str, t: str) -> int:
         """Idle quota ``ten`` could still lend on ``t`` after the decision."""
@@ -588,7 +728,7 @@ def check_capacity_and_loans(state: ClusterState, decision: Decision, after: _Af
             bl = state.borrow_limit(ten, t)
             excess = u - q - li
             if excess > 0:
-                held_over = max(0, own_kept[(ten, t)] - q)
+                held_over = max(0, own_old[(ten, t)] - q)
                 if excess > held_over:
                     more = f" ({held_over} of them ran above quota without a loan)" if held_over else ""
                     msg = f"tenant '{ten}' uses {u} '{t}' GPUs: quota {q} + loans {li}{more}"
@@ -704,7 +844,8 @@ def check_work_conservation(
     """Invariant 8 (work-conservation): no pending job stays queued while it could run.
 
     A pending job that the decision does not start breaks the invariant when one of its allowed
-    types ``t`` has capacity on available nodes and, after the decision,
+    types ``t`` has capacity on available nodes and, after the decision (its gang being, for an
+    elastic job, its smallest size),
 
     * free GPUs of ``t`` (capacity minus the GPUs held by kept running jobs and started jobs)
       are at least its gang, and
@@ -733,11 +874,12 @@ def check_work_conservation(
     for job in state.pending():
         if job.id in after.started:
             continue
+        g = job.size_range[0] if job.is_elastic else job.gpus  # an elastic job at its smallest
         for t in state.allowed_types(job):
-            if cap.get(t, 0) <= 0 or free[t] < job.gpus:
+            if cap.get(t, 0) <= 0 or free[t] < g:
                 continue
             idle = state.quota(job.tenant, t) - use.get((job.tenant, t), 0) - lent_out.get((job.tenant, t), 0)
-            if idle < job.gpus:
+            if idle < g:
                 continue
             why = f" (queue reason: {reasons[job.id].value})" if job.id in reasons else ""
             out.append(
@@ -767,6 +909,7 @@ def check_decision(
     out += check_gpu_sharing(state, decision, after)
     out += check_placement(state, decision, after)
     out += check_preemption(state, decision, after)
+    out += check_resize(state, decision, after)
     out += check_capacity_and_loans(state, decision, after)
     out += check_start_or_queue(state, decision)
     if decision.workflow_plan is not None:

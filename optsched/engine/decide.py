@@ -4,7 +4,9 @@ This is where ids come back: counts per GPU type become concrete GPU indices (be
 node, else spread over the nodes with most free GPUs), loans are derived from the final use of
 each tenant, and every queued job gets its reason. Every queued and every preempted job also
 gets an :class:`~optsched.schema.decision.Explanation` computed from the final decision
-(:func:`explain`): what blocks it, with the numbers, or what it made room for.
+(:func:`explain`): what blocks it, with the numbers, or what it made room for; so does every
+resized elastic job (why it grew or shrank). A shrink keeps the GPUs on the nodes where the job
+holds most; growth takes free GPUs on the job's own nodes first, after every start is placed.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from optsched.schema.decision import (
     Preempt,
     PreemptReason,
     QueueReason,
+    Resize,
+    ResizeReason,
     Resource,
     SolverInfo,
     Start,
@@ -36,13 +40,16 @@ from optsched.schema.decision import (
 from optsched.schema.snapshot import GpuRef
 
 
-def _free_gpus(state: ClusterState, stopped: set[str]) -> dict[str, list[int]]:
-    """Free GPU indices per available node after the stopped jobs leave."""
+def _free_gpus(
+    state: ClusterState, stopped: set[str], released: frozenset[GpuKey] = frozenset()
+) -> dict[str, list[int]]:
+    """Free GPU indices per available node after the stopped jobs leave (and the ``released``
+    GPUs of shrunk jobs)."""
     # state.gpu_holders lists every GPU of every running job: a GPU stays held while one of
     # its holders keeps running
     held: set[GpuKey] = {
         k for k, ids in state.gpu_holders.items() if any(j not in stopped for j in ids)
-    }
+    } - released
     free: dict[str, list[int]] = defaultdict(list)
     for node, gpu in state.cluster_gpus():
         if (node, gpu) not in held:
@@ -79,6 +86,12 @@ class _Placer:
         del ids[bisect.bisect_left(ids, node)]
         bisect.insort(b[n - k], node)
         return [GpuRef(node=node, gpu=g) for g in taken]
+
+    def take_on(self, gpu_type: str, node: str, gpus: int) -> list[GpuRef]:
+        """Up to ``gpus`` free GPUs of ``node`` (lowest indices first)."""
+        b = self.buckets.setdefault(gpu_type, defaultdict(list))
+        k = min(gpus, len(self.free.get(node, ())))
+        return self._take(b, node, k) if k > 0 else []
 
     def place(self, gpu_type: str, gpus: int) -> list[GpuRef]:
         b = self.buckets.setdefault(gpu_type, defaultdict(list))
@@ -135,8 +148,23 @@ def to_decision(
         preempt.append(Preempt(job=run.job, reason=reason, lost_s=run.lost_s))
     stopped = {x.job for x in preempt}
 
+    # shrinks keep the GPUs on the nodes where the job holds most ---------------------------
+    kept_alloc: dict[str, list[GpuRef]] = {}
+    released: set[GpuKey] = set()
+    for r, d in sorted(assignment.resize.items()):
+        run = p.running[r]
+        alloc = state.job(run.job).allocation
+        assert alloc is not None and r not in assignment.preempt
+        if d < 0:
+            per_node: dict[str, int] = defaultdict(int)
+            for ref in alloc:
+                per_node[ref.node] += 1
+            keep = sorted(alloc, key=lambda x: (-per_node[x.node], x.node, x.gpu))[: run.gpus + d * run.step]
+            kept_alloc[run.job] = sorted(keep, key=lambda x: (x.node, x.gpu))
+            released.update(ref.key() for ref in alloc if ref not in keep)
+
     # starts: exclusive placements, largest gangs first -------------------------------------
-    free = _free_gpus(state, stopped)
+    free = _free_gpus(state, stopped, frozenset(released))
     nodes_by_type: dict[str, list[str]] = defaultdict(list)
     for node in snap.nodes:
         if node.available:
@@ -154,6 +182,35 @@ def to_decision(
     for gpus, jid, ti, loan in sorted(plan, key=lambda x: (-x[0], x[1])):
         alloc = placer.place(p.types[ti], gpus)
         starts.append(Start(job=jid, allocation=alloc, on_loan=loan))
+    # growth: the GPUs left idle, on the job's own nodes first --------------------------------
+    resizes: list[Resize] = []
+    for r, d in sorted(assignment.resize.items(), key=lambda x: p.running[x[0]].job):
+        run = p.running[r]
+        alloc = list(state.job(run.job).allocation or [])
+        tname = p.types[run.type]
+        if d > 0:
+            need = d * run.step
+            extra: list[GpuRef] = []
+            for nid in dict.fromkeys(ref.node for ref in alloc):
+                extra += placer.take_on(tname, nid, need - len(extra))
+            if len(extra) < need:
+                extra += placer.place(tname, need - len(extra))
+            new = alloc + extra
+            why = ResizeReason.GROW
+        else:
+            new = kept_alloc[run.job]
+            why = ResizeReason.SHRINK_FOR_RECLAIM if run.on_loan else ResizeReason.SHRINK_FOR_START
+        resizes.append(
+            Resize(
+                job=run.job,
+                allocation=new,
+                from_gpus=run.gpus,
+                to_gpus=len(new),
+                reason=why,
+                lost_s=run.overhead_s,
+            )
+        )
+    new_size = {rz.job: rz.to_gpus for rz in resizes}
     # guests: GPUs of the host that hold no guest yet -----------------------------------------
     taken: set[GpuKey] = set(
         k for k, ids in state.gpu_holders.items() if len(ids) > 1 and ids[1] not in stopped
@@ -181,7 +238,7 @@ def to_decision(
     for job in state.running():
         if job.id in stopped or job.id in state.host_of:
             continue
-        use[(job.tenant, state.job_type(job))] += job.gpus
+        use[(job.tenant, state.job_type(job))] += new_size.get(job.id, job.gpus)
     for s in starts:
         if not s.colocated_with:
             use[(state.job(s.job).tenant, state.node_type(s.allocation[0].node))] += len(s.allocation)
@@ -203,8 +260,10 @@ def to_decision(
     kind_of: list[tuple[str, int, tuple[str, ...] | None]] = []  # per queued job
     for job in pending:
         queue.append(job.id)
-        kind_of.append((job.tenant, job.gpus, None if job.gpu_types is None else tuple(job.gpu_types)))
-    explanations = explain(state, p, starts, preempt, use, loans, queue, kind_of, signal)
+        # an elastic job is explained at its smallest size: the closest it is to starting
+        g = job.size_range[0] if job.is_elastic else job.gpus
+        kind_of.append((job.tenant, g, None if job.gpu_types is None else tuple(job.gpu_types)))
+    explanations = explain(state, p, starts, preempt, use, loans, queue, kind_of, signal, resizes)
     reasons = {jid: QueueReason(explanations[jid].code) for jid in queue}
     preds = {
         jid: JobPrediction(
@@ -220,6 +279,7 @@ def to_decision(
         solver=solver,
         start=sorted(starts, key=lambda s: s.job),
         preempt=preempt,
+        resize=resizes,
         queue=queue,
         queue_reasons=reasons,
         explanations=explanations,
@@ -555,8 +615,10 @@ def explain(
     queue: list[str],
     kind_of: list[tuple[str, int, tuple[str, ...] | None]],
     signal: dict[str, asr.TenantAssurance],
+    resizes: list[Resize] | None = None,
 ) -> dict[str, Explanation]:
-    """An explanation for every queued and every preempted job, from the final decision.
+    """An explanation for every queued, every preempted and every resized job, from the final
+    decision.
 
     ``kind_of[i]`` is the (tenant, gang, allowed types or None) of ``queue[i]``; its ``code``
     is the queue reason of its binding constraint (:data:`BINDING_REASON`). A queued job's
@@ -584,7 +646,52 @@ def explain(
                 before[key] = before.get(key, 0) + job.gpus
     for pr in preempt:
         out[pr.job] = _explain_preempted(led, pr, stopped, evicted, before, signal)
+    for rz in resizes or ():
+        out[rz.job] = _explain_resized(led, rz)
     return out
+
+
+def _explain_resized(led: _Ledger, rz: Resize) -> Explanation:
+    """Why an elastic job grows or shrinks, and who takes the GPUs a shrink gives up."""
+    st = led.state
+    job = st.job(rz.job)
+    t = st.job_type(job)
+    ten = job.tenant
+    lo, hi = job.size_range
+    sizes = f"from {_gpus(rz.from_gpus, t)} to {rz.to_gpus} (allowed {lo}..{hi})"
+    binding: Binding
+    if rz.reason == ResizeReason.GROW:
+        binding = "capacity"
+        room: list[str] = []
+        where = "on loan" if job.on_loan else f"inside {ten}'s quota"
+        text = (
+            f"elastic job grows {sizes}, {where}: the GPUs it takes stay idle after every start "
+            f"of this decision ({led.cap.get(t, 0) - led.total[t]} '{t}' GPUs still free)"
+        )
+    else:
+        kept = {r.key() for r in rz.allocation}
+        gone = [r for r in job.allocation or [] if r.key() not in kept]
+        room = sorted({j for r in gone for j in led.on_gpu.get(r.key(), ())}, key=led.value)
+        given = _gpus(len(gone), t)
+        to = f"; its {given} go to {led.who(room, None)} started now" if room else ""
+        if rz.reason == ResizeReason.SHRINK_FOR_RECLAIM:
+            binding = "quota"
+            text = (
+                f"elastic job on borrowed '{t}' quota shrinks {sizes} instead of being reclaimed "
+                f"whole: {ten} borrows {led.lent_in[(ten, t)]} '{t}' GPUs after this decision{to}"
+            )
+        else:
+            binding = "priority"
+            text = f"elastic job shrinks {sizes} instead of being preempted whole{to}"
+        text += f"; the resize costs {rz.lost_s:g} s of progress"
+    return Explanation(
+        code=rz.reason.value,
+        text=text,
+        binding=binding,
+        tenant=ten,
+        resource=led.resource(t, abs(rz.to_gpus - rz.from_gpus)),
+        made_room_for=room,
+    )
 
 
 def _gpus(n: int, t: str | None = None) -> str:
@@ -847,6 +954,18 @@ def describe_job(state: ClusterState, decision: Decision, job_id: str) -> list[s
     head = f"job {job.id} (tenant {job.tenant}, {job.qos}, {_gpus(job.gpus)}, {job.state})"
     start = next((s for s in decision.start if s.job == job_id), None)
     stopped = next((x for x in decision.preempt if x.job == job_id), None)
+    resized = next((x for x in decision.resize if x.job == job_id), None)
+    if resized is not None:
+        e = decision.explanations.get(job_id)
+        lines = [
+            f"{head}: resized ({resized.reason.value}) to {_gpus(resized.to_gpus)} on "
+            f"{_where(resized.allocation)}"
+        ]
+        if e is not None:
+            lines.append(e.text + ("" if e.text.endswith(".") else "."))
+            if e.made_room_for:
+                lines.append(f"made room for: {', '.join(e.made_room_for)}")
+        return lines
     if start is None and stopped is None and job.state == "running":
         assert job.allocation is not None
         return [f"{head}: keeps running on {_where(job.allocation)} ('{state.job_type(job)}')"]
@@ -889,10 +1008,11 @@ def _start_reason(state: ClusterState, decision: Decision, start: Start) -> str:
         hosts = ", ".join(f"{h} (tenant {state.job(h).tenant})" for h in start.colocated_with)
         return f"MPS guest on the GPUs of {hosts}: it uses no quota"
     stopped = {x.job for x in decision.preempt}
+    sizes = {x.job: x.to_gpus for x in decision.resize}
     use = 0
     for other in state.running():
         if other.tenant == job.tenant and other.id not in stopped and other.id not in state.host_of:
-            use += other.gpus if state.job_type(other) == t else 0
+            use += sizes.get(other.id, other.gpus) if state.job_type(other) == t else 0
     for s in decision.start:
         if not s.colocated_with and state.job(s.job).tenant == job.tenant:
             use += len(s.allocation) if state.node_type(s.allocation[0].node) == t else 0

@@ -12,20 +12,28 @@ Variables (all integer):
   MPS guest of host :math:`h`;
 * :math:`z_r \in \{0,1\}`: running job :math:`r` is preempted (only for candidates);
 * :math:`b_{it}, e_{it} \in \mathbb{Z}_{\ge 0}`: GPUs tenant :math:`i` borrows / lends on
-  type :math:`t`, bounded by ``borrow_limit`` and ``lend_limit``.
+  type :math:`t`, bounded by ``borrow_limit`` and ``lend_limit``;
+* :math:`u_r, d_r \in \mathbb{Z}_{\ge 0}`: steps running elastic job :math:`r` grows / shrinks
+  (:mod:`optsched.engine.elastic`), never both (a binary direction :math:`\omega_r`), neither
+  when it is preempted.
 
 Constraint families, one function each, named after the invariant they enforce
 (``docs/snapshot-format.md``):
 
 * ``add_start_or_queue`` (5): :math:`\sum_k s_{c,k} = \sum_t (o_{ct} + \ell_{ct})`, and a
   singleton class starts at most once, :math:`\sum_t (o_{ct} + \ell_{ct}) + \sum_{p \ni c} y_p
-  \le 1`.
+  \le 1`, and an elastic job starts at one size at most, :math:`\sum_{c \in G} s_{c,0} \le 1`
+  over the classes of its group :math:`G`.
 * ``add_gpu_sharing`` (1): one guest per host (MPS pairs) and none on a stopped host,
   :math:`\sum_{p \to h} y_p \le 1 - z_h`; memory fit and type are filtered per candidate.
 * ``add_capacity_and_loans`` (4): per type, started minus preempted host GPUs fit in the free
   capacity; per tenant and type, own starts fit in quota,
   :math:`U_{it} - b_{it} + e_{it} \le q_{it} + \kappa_{it}` (:math:`\kappa` the use kept over
-  quota, amended invariant 4), and :math:`\sum_i b_{it} \le \sum_i e_{it}`.
+  quota, amended invariant 4), and :math:`\sum_i b_{it} \le \sum_i e_{it}`; resized elastic
+  jobs count with their new size (:math:`\pm\,\text{step}_r` per step), and growth takes idle
+  GPUs only: an elastic job grows on a type only where the decision stops nothing (no
+  preemption, no shrink; ``grow_idle_only``, a binary :math:`\gamma_t` per type), so the
+  capacity row leaves it just what every start leaves idle.
 * ``add_group_limits`` (4, hierarchical quotas): per quota group and type, the net loans
   into the subtree, :math:`\sum_{i \in G} (b_{it} - e_{it})`, within the group's
   ``borrow_limit``, and the net loans out of it within its ``lend_limit``.
@@ -37,7 +45,9 @@ Constraint families, one function each, named after the invariant they enforce
   controls: a job younger than its minimum runtime gets no :math:`z` (it is no candidate);
   ``preemption_cap`` bounds the GPUs of a tenant's priority victims (candidates neither on loan
   nor guests) per decision, :math:`\sum_{r \in i} g_r z_r \le \text{cap}_i`; and
-  ``preemption_pays`` charges a priority victim :math:`(1 + h_i)` times its static cost.
+  ``preemption_pays`` charges a priority victim :math:`(1 + h_i)` times its static cost. A
+  step of shrinking counts in these rows as ``step`` preempted GPUs (freed, capped, paid for);
+  an elastic job grows or shrinks, not both, and neither when it is preempted.
 """
 
 from __future__ import annotations
@@ -76,6 +86,14 @@ class LinearModel:
     guest: dict[int, int] = field(default_factory=dict)
     """guest candidate index -> var."""
     preempt: dict[int, int] = field(default_factory=dict)
+    grow: dict[int, int] = field(default_factory=dict)
+    """running index -> steps it grows (elastic jobs)."""
+    shrink: dict[int, int] = field(default_factory=dict)
+    """running index -> steps it shrinks (elastic jobs that may be preempted)."""
+    grow_dir: dict[int, int] = field(default_factory=dict)
+    """running index -> 1 if it may grow, 0 if it may shrink (jobs with both)."""
+    grows_on: dict[int, int] = field(default_factory=dict)
+    """type -> 1 if an elastic job grows there (then nothing stops there)."""
     borrow: dict[tuple[int, int], int] = field(default_factory=dict)
     lend: dict[tuple[int, int], int] = field(default_factory=dict)
     inflow: dict[tuple[int, int], int] = field(default_factory=dict)
@@ -106,18 +124,25 @@ def add_variables(m: LinearModel, p: EpochProblem) -> None:
     for c, cls in enumerate(p.pending):
         if cls.cap <= 0:
             continue
-        m.seg[c] = [m.var(f"start[{cls.jobs[k]}]", 0, 1, cls.values[k]) for k in range(cls.cap)]
+        names = [cls.label] if cls.group else cls.jobs
+        m.seg[c] = [m.var(f"start[{names[k]}]", 0, 1, cls.values[k]) for k in range(cls.cap)]
         for t, bonus in zip(cls.types, cls.type_bonus, strict=True):
             if t in cls.own_types:
                 reclaim = p.reclaim_bonus if cls.reclaim else 0.0  # a reclaim starts inside quota
-                m.own[(c, t)] = m.var(f"own[{cls.job},{p.types[t]}]", 0, cls.cap, bonus + reclaim)
-            m.loan[(c, t)] = m.var(f"loan[{cls.job},{p.types[t]}]", 0, cls.cap, bonus - cls.loan_penalty)
+                m.own[(c, t)] = m.var(f"own[{cls.label},{p.types[t]}]", 0, cls.cap, bonus + reclaim)
+            m.loan[(c, t)] = m.var(f"loan[{cls.label},{p.types[t]}]", 0, cls.cap, bonus - cls.loan_penalty)
     for g, cand in enumerate(p.guests):
-        name = f"guest[{p.pending[cand.pending].job},{p.running[cand.running].job}]"
+        name = f"guest[{p.pending[cand.pending].label},{p.running[cand.running].job}]"
         m.guest[g] = m.var(name, 0, 1, cand.value)
     for r, run in enumerate(p.running):
         if run.candidate:
             m.preempt[r] = m.var(f"preempt[{run.job}]", 0, 1, -run.cost)
+        if run.grow_steps:
+            m.grow[r] = m.var(f"grow[{run.job}]", 0, run.grow_steps, run.grow_value)
+        if run.shrink_steps:
+            m.shrink[r] = m.var(f"shrink[{run.job}]", 0, run.shrink_steps, -run.shrink_cost)
+        if run.grow_steps and run.shrink_steps:
+            m.grow_dir[r] = m.var(f"grow_dir[{run.job}]", 0, 1)
     for i, ten in enumerate(p.tenants):
         for t, tname in enumerate(p.types):
             cap = p.capacity[t]
@@ -144,7 +169,7 @@ def add_start_or_queue(m: LinearModel, p: EpochProblem) -> None:
     for (c, _), v in m.loan.items():
         starts[c][v] = 1
     for c, segs in m.seg.items():
-        job = p.pending[c].job
+        job = p.pending[c].label
         m.add({**{s: 1 for s in segs}, **{v: -1 for v in starts[c]}}, 0, 0, f"start_count[{job}]")
         for k in range(len(segs) - 1):
             m.add({segs[k]: 1, segs[k + 1]: -1}, 0, INF, f"start_order[{p.pending[c].jobs[k + 1]}]")
@@ -155,6 +180,28 @@ def add_start_or_queue(m: LinearModel, p: EpochProblem) -> None:
         if c in m.seg:
             coefs = {**coefs, m.seg[c][0]: 1}
         m.add(coefs, -INF, 1, f"start_or_queue[{p.pending[c].job}]")
+    groups: dict[str, dict[int, int]] = {}
+    for c, segs in m.seg.items():
+        if p.pending[c].group:
+            groups.setdefault(p.pending[c].group, {})[segs[0]] = 1
+    for job, coefs in groups.items():
+        if len(coefs) > 1:
+            m.add(coefs, -INF, 1, f"one_size[{job}]")
+
+
+def _resize_rules(m: LinearModel, p: EpochProblem) -> None:
+    """Elastic jobs (part of ``add_preemption_rules``): grow or shrink, not both, and neither
+    when preempted."""
+    for r, d in m.grow_dir.items():
+        g, s = p.running[r].grow_steps, p.running[r].shrink_steps
+        m.add({m.grow[r]: 1, d: -g}, -INF, 0, f"grow_dir[{p.running[r].job}]")
+        m.add({m.shrink[r]: 1, d: s}, -INF, s, f"shrink_dir[{p.running[r].job}]")
+    for r, z in m.preempt.items():
+        run = p.running[r]
+        pairs = (("grow", m.grow.get(r), run.grow_steps), ("shrink", m.shrink.get(r), run.shrink_steps))
+        for what, var, n in pairs:
+            if var is not None:
+                m.add({var: 1, z: n}, -INF, n, f"{what}_or_preempt[{run.job}]")
 
 
 def add_gpu_sharing(m: LinearModel, p: EpochProblem) -> None:
@@ -196,8 +243,29 @@ def add_capacity_and_loans(m: LinearModel, p: EpochProblem) -> None:
         use_rows[run.tenant][run.type][v] = -run.gpus
         if not run.on_loan:
             own_rows[run.tenant][run.type][v] = -run.gpus
+    grows: list[dict[int, int]] = [{} for _ in range(nt)]
+    stops: list[dict[int, int]] = [{} for _ in range(nt)]
+    for sign, vars_ in ((1, m.grow), (-1, m.shrink)):
+        for r, v in vars_.items():
+            run = p.running[r]
+            cap_rows[run.type][v] = sign * run.step
+            use_rows[run.tenant][run.type][v] = sign * run.step
+            if not run.on_loan:
+                own_rows[run.tenant][run.type][v] = sign * run.step
+            (grows if sign > 0 else stops)[run.type][v] = run.step
+    for r, v in m.preempt.items():
+        if not p.running[r].guest:
+            stops[p.running[r].type][v] = p.running[r].gpus
     for t, tname in enumerate(p.types):
         m.add(cap_rows[t], -INF, p.capacity[t] - used[t], f"capacity[{tname}]")
+        if grows[t] and stops[t]:
+            # growth takes only idle GPUs: it happens on a type only where the decision stops
+            # nothing (then the capacity row leaves it what every start leaves idle)
+            gam = m.grows_on[t] = m.var(f"grows_on[{tname}]", 0, 1)
+            big_g = sum(c * m.ub[v] for v, c in grows[t].items())
+            big_s = sum(c * m.ub[v] for v, c in stops[t].items())
+            m.add({**grows[t], gam: -big_g}, -INF, 0, f"grow_on_type[{tname}]")
+            m.add({**stops[t], gam: big_s}, -INF, big_s, f"grow_idle_only[{tname}]")
         bal = {v: 1 for (_, tt), v in m.borrow.items() if tt == t}
         bal.update({v: -1 for (_, tt), v in m.lend.items() if tt == t})
         m.add(bal, -INF, 0, f"loan_balance[{tname}]")
@@ -271,6 +339,7 @@ def add_preemption_rules(m: LinearModel, p: EpochProblem) -> None:
     stopping the host stops the guest, :math:`z_h \le z_g`) and let a preemption happen only
     when the GPUs it frees are used by starts of the same decision.
     """
+    _resize_rules(m, p)
     index = {run.job: r for r, run in enumerate(p.running)}
     freed: list[dict[int, int]] = [{} for _ in p.types]
     freed_own: list[dict[int, int]] = [{} for _ in p.types]  # best-effort jobs inside quota
@@ -283,6 +352,11 @@ def add_preemption_rules(m: LinearModel, p: EpochProblem) -> None:
             freed[run.type][v] = run.gpus
             if not run.on_loan:
                 freed_own[run.type][v] = run.gpus
+    for r, v in m.shrink.items():  # a step of shrinking frees ``step`` GPUs, as a preemption
+        run = p.running[r]
+        freed[run.type][v] = run.step
+        if not run.on_loan:
+            freed_own[run.type][v] = run.step
     for r, run in enumerate(p.running):
         host = index.get(run.host) if run.host is not None else None
         if host is not None and host in m.preempt and r not in m.preempt:
@@ -292,11 +366,13 @@ def add_preemption_rules(m: LinearModel, p: EpochProblem) -> None:
     # is stopped only for a guaranteed start inside quota; at least one such start, big-M
     need_own = [dict(f) for f in freed]
     need_guar = [dict(f) for f in freed_own]
+    big_own = [sum(c * m.ub[x] for x, c in f.items()) for f in freed]
+    big_guar = [sum(c * m.ub[x] for x, c in f.items()) for f in freed_own]
     for (c, t), v in m.own.items():
         if need_own[t]:
-            need_own[t][v] = -sum(freed[t].values())
+            need_own[t][v] = -big_own[t]
         if need_guar[t] and p.pending[c].guaranteed:
-            need_guar[t][v] = -sum(freed_own[t].values())
+            need_guar[t][v] = -big_guar[t]
     for (c, t), v in list(m.own.items()) + list(m.loan.items()):
         if freed[t]:
             freed[t][v] = -p.pending[c].gpus
@@ -315,6 +391,10 @@ def add_preemption_rules(m: LinearModel, p: EpochProblem) -> None:
         run = p.running[r]
         if not run.guest and p.deficit[run.type] == 0:
             pays[run.type][v] = math.ceil(PAY_SCALE * run.static_cost)
+    for r, v in m.shrink.items():
+        run = p.running[r]
+        if p.deficit[run.type] == 0:
+            pays[run.type][v] = math.ceil(PAY_SCALE * run.shrink_static)
     for (c, t), v in m.own.items():
         if pays[t]:
             pays[t][v] = -math.floor(PAY_SCALE * p.pending[c].static_value)
@@ -327,10 +407,14 @@ def add_preemption_rules(m: LinearModel, p: EpochProblem) -> None:
         run = p.running[r]
         if run.priority_victim and p.cap_of(run.tenant) is not None:
             capped.setdefault(run.tenant, {})[v] = run.gpus
+    for r, v in m.shrink.items():
+        run = p.running[r]
+        if run.priority_victim and p.cap_of(run.tenant) is not None:
+            capped.setdefault(run.tenant, {})[v] = run.step
     for i, coefs in capped.items():
         cap = p.cap_of(i)
         assert cap is not None
-        if sum(coefs.values()) > cap:
+        if sum(c * m.ub[v] for v, c in coefs.items()) > cap:
             m.add(coefs, -INF, cap, f"preemption_cap[{p.tenants[i]}]")
 
 
@@ -369,6 +453,11 @@ def to_assignment(m: LinearModel, p: EpochProblem, values: Sequence[float]) -> A
     for r, v in m.preempt.items():
         if values[v] > 0.5:
             a.preempt.add(r)
+    for r in set(m.grow) | set(m.shrink):
+        d = round(values[m.grow[r]]) if r in m.grow else 0
+        d -= round(values[m.shrink[r]]) if r in m.shrink else 0
+        if d and r not in a.preempt:
+            a.resize[r] = d
     return a
 
 
@@ -414,6 +503,16 @@ def from_assignment(m: LinearModel, p: EpochProblem, a: Assignment) -> list[int]
         x[m.guest[index[(c, r)]]] = 1
     for r in a.preempt:
         x[m.preempt[r]] = 1
+    for r, d in a.resize.items():
+        if d > 0:
+            x[m.grow[r]] = d
+            if r in m.grow_dir:
+                x[m.grow_dir[r]] = 1
+        else:
+            x[m.shrink[r]] = -d
+        t = p.running[r].type
+        if d > 0 and t in m.grows_on:
+            x[m.grows_on[t]] = 1
     # minimal loans: borrowers take exactly their excess, lenders give idle quota in order
     use = a.use(p)
     for t in range(len(p.types)):

@@ -16,12 +16,15 @@ For pending class :math:`c` (interchangeable jobs, members sorted by value, see
         + \sum_t \bigl(\beta_{c,t} (n^{own}_{c,t} + n^{loan}_{c,t})
         - \lambda_c n^{loan}_{c,t}\bigr)\Bigr)
         + \sum_k u_k y_k - \sum_r \kappa_r z_r - \epsilon \sum_{i,t} b_{i,t}
+        + \sum_r (\eta_r u_r - \sigma_r d_r)
 
 with :math:`v_{c,k}` the value of the class's :math:`k`-th member (:func:`job_value`, sorted
 descending, so the model starts a prefix), :math:`\beta_{c,t}` the speed preference of type
 :math:`t`, :math:`\lambda_c` the loan penalty, :math:`u_k` a guest pair's value,
-:math:`\kappa_r` a preemption's cost (:func:`preemption_cost`) and :math:`\epsilon` the
-borrow tie-breaker.
+:math:`\kappa_r` a preemption's cost (:func:`preemption_cost`), :math:`\epsilon` the
+borrow tie-breaker, and for a running elastic job :math:`r` growing :math:`u_r` or shrinking
+:math:`d_r` steps, :math:`\eta_r` the value of a step of growth and :math:`\sigma_r` the cost of a
+step of shrinking (:mod:`optsched.engine.elastic`).
 """
 
 from __future__ import annotations
@@ -73,6 +76,14 @@ class ObjectiveWeights:
     tenant's weight."""
     min_guest_speed: float = 0.5
     """A pair whose guest would run slower than this is not a candidate."""
+    elastic_grow: float = 0.5
+    """Value of one GPU an elastic job takes beyond its requested size (growth, or a start
+    above ``gpus``), as a fraction of the lowest value per GPU of any pending job: below 1, any
+    start is worth more than growth on the same GPUs."""
+    elastic_shrink: float = 0.25
+    """Cost of shrinking an elastic job by some GPUs, as a fraction of the cost of preempting
+    a job of that many GPUs whose lost work is the resize overhead: shrinking is the cheaper
+    way to free GPUs."""
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "objective") -> ObjectiveWeights:
@@ -176,5 +187,8 @@ def value(problem: EpochProblem, a: Assignment) -> float:
         val += by_pair[(c, r)]
     for r in a.preempt:
         val -= problem.running[r].cost
+    for r, d in a.resize.items():
+        run = problem.running[r]
+        val += d * run.grow_value if d > 0 else d * run.shrink_cost
     val -= w.borrow_penalty * (a.borrowed(problem) + a.inflow(problem))
     return val

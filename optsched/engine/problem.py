@@ -48,11 +48,20 @@ class PendingClass:
     static_value: float = 0.0
     """The least valuable member's worth without aging or assurance scaling (plus the reclaim
     bonus of a reclaim class): what may pay for preemptions (see ``add_preemption_rules``)."""
+    group: str = ""
+    """Elastic size alternatives: the id of the elastic job this singleton class starts at size
+    ``gpus`` (one class per allowed size; at most one of a group starts); "" otherwise."""
 
     @property
     def job(self) -> str:
         """The top member (names a singleton class)."""
         return self.jobs[0]
+
+    @property
+    def label(self) -> str:
+        """A unique name of the class in the model: its top member, with the size for the
+        classes of an elastic job."""
+        return f"{self.jobs[0]}@{self.gpus}" if self.group else self.jobs[0]
 
     @property
     def density(self) -> float:
@@ -80,6 +89,21 @@ class RunningItem:
     static_cost: float = 0.0
     """Preemption cost without assurance scaling (times the job's priority class weight, and
     for a priority victim times 1 + its tenant's hysteresis): what a preemption must be paid with."""
+
+    step: int = 0
+    """Elastic jobs: the size step (sizes ``min_gpus + k step``); 0: the job is not resized."""
+    grow_steps: int = 0
+    """Elastic jobs: steps it may grow (up to ``max_gpus``)."""
+    shrink_steps: int = 0
+    """Elastic jobs that may be preempted: steps it may shrink (down to ``min_gpus``)."""
+    grow_value: float = 0.0
+    """Objective value of one step of growth (below any start's value per GPU)."""
+    shrink_cost: float = 0.0
+    """Objective cost of one step of shrinking (a fraction of a preemption's cost)."""
+    shrink_static: float = 0.0
+    """Static cost of one step of shrinking (what ``preemption_pays`` charges)."""
+    overhead_s: float = 0.0
+    """Seconds of progress one resize costs (the job's ``resize_overhead_s``)."""
 
     @property
     def priority_victim(self) -> bool:
@@ -173,6 +197,15 @@ class Assignment:
     """singleton class index -> running index of the host."""
     preempt: set[int] = field(default_factory=set)
     """running indices to stop (forced ones are not listed: they always stop)."""
+    resize: dict[int, int] = field(default_factory=dict)
+    """running index of an elastic job -> its signed size change in steps (never 0)."""
+
+    def size(self, problem: EpochProblem, r: int) -> int:
+        """GPUs running job ``r`` holds after the assignment (0 when preempted)."""
+        if r in self.preempt:
+            return 0
+        run = problem.running[r]
+        return run.gpus + self.resize.get(r, 0) * run.step
 
     def add(self, c: int, t: int, loan: bool, k: int = 1) -> None:
         counts = self.starts.setdefault(c, {})
@@ -188,7 +221,7 @@ class Assignment:
         use = [[0] * len(p.types) for _ in p.tenants]
         for r, run in enumerate(p.running):
             if not run.guest and r not in self.preempt:
-                use[run.tenant][run.type] += run.gpus
+                use[run.tenant][run.type] += self.size(p, r)
         for c, counts in self.starts.items():
             for (t, _), k in counts.items():
                 use[p.pending[c].tenant][t] += k * p.pending[c].gpus

@@ -145,6 +145,7 @@ class ClusterState:
                 raise SnapshotError(
                     f"jobs[{i}].submit_s", f"submitted in the future ({job.submit_s} > now {snap.now})"
                 )
+            _validate_elastic(job, i)
             if job.state == "pending":
                 for name in ("allocation", "start_s", "guest_of"):
                     if getattr(job, name) is not None:
@@ -327,6 +328,33 @@ class ClusterState:
         """GPU type of a running job."""
         assert job.allocation is not None, f"job {job.id} is not running"
         return self._node_types[job.allocation[0].node]
+
+
+def _validate_elastic(job: Job, i: int) -> None:
+    """Elastic fields: ``min_gpus <= gpus <= max_gpus``, sizes on the ``gpus_step`` grid."""
+    p = f"jobs[{i}]"
+    elastic = job.min_gpus is not None or job.max_gpus is not None
+    if not elastic:
+        if job.gpus_step != 1:
+            raise SnapshotError(f"{p}.gpus_step", "only elastic jobs (min_gpus/max_gpus) have a step")
+        if job.resize_overhead_s:
+            raise SnapshotError(f"{p}.resize_overhead_s", "only elastic jobs (min_gpus/max_gpus) resize")
+        return
+    lo, hi = job.size_range
+    if lo > job.gpus:
+        raise SnapshotError(f"{p}.min_gpus", f"min_gpus {lo} is above gpus {job.gpus}")
+    if hi < job.gpus:
+        raise SnapshotError(f"{p}.max_gpus", f"max_gpus {hi} is below gpus {job.gpus}")
+    if (hi - lo) % job.gpus_step:
+        raise SnapshotError(
+            f"{p}.gpus_step", f"gpus_step {job.gpus_step} does not divide max_gpus - min_gpus = {hi - lo}"
+        )
+    if (job.gpus - lo) % job.gpus_step:
+        raise SnapshotError(
+            f"{p}.gpus",
+            f"gpus {job.gpus} is not an allowed size (min_gpus {lo} + a multiple of gpus_step "
+            f"{job.gpus_step})",
+        )
 
 
 def _host_guest(a: Job, b: Job) -> tuple[Job, Job]:

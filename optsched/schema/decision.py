@@ -11,6 +11,7 @@ Fields optsched adds to format 1 (see "Added fields" in ``docs/snapshot-format.m
 * ``SolverInfo.status_detail``, ``stage_seconds``, ``notes``, ``fallback_reason``.
 * ``JobPrediction.source``: where a prediction came from.
 * ``Unit.session`` and ``Unit.model`` in workflow plans.
+* ``Decision.resize``: size changes of running elastic jobs (a :class:`Resize`).
 """
 
 from __future__ import annotations
@@ -137,7 +138,8 @@ class Explanation(_Strict):
     decision it belongs to (added by optsched)."""
 
     code: str = Field(
-        description="The queued job's `queue_reasons` value, or the preempted job's `reason`."
+        description="The queued job's `queue_reasons` value, the preempted job's `reason`, or the "
+        "resized job's `reason`."
     )
     text: str = Field(description="The explanation in plain words.")
     binding: Binding = Field(
@@ -161,7 +163,7 @@ class Explanation(_Strict):
     made_room_for: list[str] = Field(
         default_factory=list,
         description="Preempted jobs: the jobs started now on its GPUs (or, when none, the starts that "
-        "use the quota it held).",
+        "use the quota it held); shrunk jobs: the jobs started now on the GPUs it gave up.",
     )
     lender: str | None = Field(
         default=None,
@@ -224,6 +226,35 @@ class Preempt(_Strict):
     job: str = Field(description="Id of a running job.")
     reason: PreemptReason = Field(description="Why it is stopped.")
     lost_s: float = Field(default=0.0, ge=0, description="Seconds of work the stop costs (restart cost).")
+
+
+class ResizeReason(StrEnum):
+    """Why a running elastic job changes size."""
+
+    GROW = "grow"
+    """It takes GPUs that stay idle after every start of the decision."""
+    SHRINK_FOR_RECLAIM = "shrink_for_reclaim"
+    """It runs on loan and gives GPUs back to their owner instead of being reclaimed whole."""
+    SHRINK_FOR_START = "shrink_for_start"
+    """It gives GPUs to a start of higher value instead of being preempted whole."""
+
+
+class Resize(_Strict):
+    """Change the size of a running elastic job (added by optsched)."""
+
+    job: str = Field(description="Id of a running elastic job.")
+    allocation: list[GpuRef] = Field(
+        description="All the GPUs it holds after the resize: a superset of its allocation when it "
+        "grows (the added GPUs of the same type), a subset when it shrinks."
+    )
+    from_gpus: int = Field(ge=1, description="Its size before the decision (its `gpus`).")
+    to_gpus: int = Field(
+        ge=1, description="Its size after the decision: one of its allowed sizes, len(allocation)."
+    )
+    reason: ResizeReason = Field(description="Why it changes size.")
+    lost_s: float = Field(
+        default=0.0, ge=0, description="Seconds of progress the resize costs (its resize_overhead_s)."
+    )
 
 
 class Loan(_Strict):
@@ -297,6 +328,10 @@ class Decision(_Strict):
     )
     start: list[Start] = Field(default_factory=list, description="Pending jobs to start now.")
     preempt: list[Preempt] = Field(default_factory=list, description="Running jobs to stop now.")
+    resize: list[Resize] = Field(
+        default_factory=list,
+        description="Running elastic jobs that change size now (added by optsched).",
+    )
     queue: list[str] = Field(
         default_factory=list, description="Every pending job not started, highest priority first."
     )
@@ -305,8 +340,9 @@ class Decision(_Strict):
     )
     explanations: dict[str, Explanation] = Field(
         default_factory=dict,
-        description="For every queued and every preempted job: what blocks it or what it made room "
-        "for, with numbers that hold for this decision (added by optsched).",
+        description="For every queued, every preempted and every resized job: what blocks it, what "
+        "it made room for or why it changed size, with numbers that hold for this decision (added "
+        "by optsched).",
     )
     loans: list[Loan] = Field(
         default_factory=list, description="Idle quota lent between tenants, in force after this decision."

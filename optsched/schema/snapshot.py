@@ -15,6 +15,8 @@ Fields optsched adds to format 1 (see "Added fields" in ``docs/snapshot-format.m
   priority levels inside a tenant.
 * ``Snapshot.groups``, ``Tenant.parent``: hierarchical quotas (a tree of quota groups above the
   tenants, with borrow and lend limits at every level).
+* ``Job.min_gpus``, ``Job.max_gpus``, ``Job.gpus_step``, ``Job.resize_overhead_s``: elastic jobs,
+  whose size the engine chooses at start and may change while they run.
 """
 
 from __future__ import annotations
@@ -262,10 +264,53 @@ class Job(_Strict):
         description="Named priority class of the job inside its tenant (added by optsched); its "
         "weight multiplies the job's value; null, or a name no table lists: weight 1.",
     )
+    min_gpus: int | None = Field(
+        default=None,
+        ge=1,
+        description="Elastic jobs (added by optsched): the fewest GPUs the job may run on; null: "
+        "`gpus` (with `max_gpus` also null the job is not elastic).",
+    )
+    max_gpus: int | None = Field(
+        default=None,
+        ge=1,
+        description="Elastic jobs (added by optsched): the most GPUs the job may run on; null: `gpus`.",
+    )
+    gpus_step: int = Field(
+        default=1,
+        ge=1,
+        description="Elastic jobs (added by optsched): allowed sizes are min_gpus, min_gpus + "
+        "gpus_step, ..., max_gpus.",
+    )
+    resize_overhead_s: float = Field(
+        default=0.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="Elastic running jobs (added by optsched): seconds of progress a resize costs "
+        "(the job checkpoints and resumes at its new size; no other work is lost).",
+    )
     features: dict[str, FeatureValue] | None = Field(
         default=None,
         description="Free-form inputs for the predictors (user, job name, ...), string or number values.",
     )
+
+    @property
+    def is_elastic(self) -> bool:
+        """Whether the job declares a size range (``min_gpus`` or ``max_gpus``) of more than one size."""
+        return self.size_range[0] < self.size_range[1]
+
+    @property
+    def size_range(self) -> tuple[int, int]:
+        """(min, max) GPUs with the defaults (``gpus`` for an unset bound)."""
+        lo = self.min_gpus if self.min_gpus is not None else self.gpus
+        hi = self.max_gpus if self.max_gpus is not None else self.gpus
+        return lo, hi
+
+    def sizes(self) -> tuple[int, ...]:
+        """Every size the job may run on, ascending (just ``gpus`` for a rigid job)."""
+        lo, hi = self.size_range
+        if lo >= hi:
+            return (self.gpus,)
+        return tuple(range(lo, hi + 1, self.gpus_step))
 
     @property
     def is_shareable(self) -> bool:

@@ -22,6 +22,11 @@ Mechanics:
   run started) and the next start pays ``restart_overhead_s`` more work;
 * when a host stops, its guest keeps its GPUs and runs alone (it is *promoted*); it is marked
   ``on_loan`` if its tenant's own use is then above quota, so it can be reclaimed;
+* an elastic job (``TraceJob.min_gpus``/``max_gpus``) has ``gpus x duration_s`` GPU-seconds
+  of work and progresses at a rate linear in its size (``g / gpus`` of its trace speed on
+  ``g`` GPUs); a resize checkpoints it and resumes it at its new size, losing
+  ``resize_overhead_s`` of progress at the new size and no other work (logged in
+  ``EventLog.resizes`` and in the job's ``lost_gpu_s``/``lost_work_gpu_s``);
 * decisions happen at every epoch tick (``epoch_s``) when jobs are pending or something
   changed, and, with ``trigger``, after an arrival or completion (at most one per
   ``min_gap_s``).
@@ -78,6 +83,8 @@ class SimConfig:
     min_gap_s: float = 60.0
     checkpoint_s: float = 1800.0
     restart_overhead_s: float = 60.0
+    resize_overhead_s: float = 30.0
+    """Seconds of progress an elastic job loses per resize (its snapshot's ``resize_overhead_s``)."""
     runtime_jitter: float = 0.05
     pair_jitter: float = 0.03
     guaranteed_shareable: bool = True
@@ -175,6 +182,7 @@ class EventLog:
     * ``segments``: ``job, t0, t1, gpus, rate, host`` — a job ran on ``gpus`` GPUs at
       ``rate`` from ``t0`` to ``t1``; ``host`` = it held the GPUs (guests share a host's);
     * ``preemptions``: ``t, job, reason, lost_s, gpus``;
+    * ``resizes``: ``t, job, reason, from_gpus, to_gpus, lost_s`` (elastic jobs);
     * ``decisions``: ``t, seconds`` (policy), ``snapshot_s, state_s, check_s`` (building the
       snapshot, ``ClusterState.from_snapshot``, ``check_decision``), ``pending, running,
       started, preempted, loaned_gpus, on_loan_started, status``;
@@ -193,6 +201,9 @@ class EventLog:
     preemptions: dict[str, list[Any]] = field(default_factory=dict)
     decisions: dict[str, list[Any]] = field(default_factory=dict)
     assurance: dict[str, list[Any]] = field(default_factory=dict)
+    resizes: dict[str, list[Any]] = field(
+        default_factory=lambda: _cols("t", "job", "reason", "from_gpus", "to_gpus", "lost_s")
+    )
     sim_seconds: float = 0.0
     """Wall-clock seconds of the run."""
     cpu_seconds: float = 0.0
@@ -409,6 +420,10 @@ class Simulator:
                     feats[k] = v
         runtime = self.truth.runtime[spec.id] if self.cfg.oracle_runtime else spec.estimate_s
         shareable: bool | None = True if self.cfg.guaranteed_shareable else None
+        elastic: dict[str, Any] = {}
+        if spec.min_gpus is not None or spec.max_gpus is not None:
+            elastic = {"min_gpus": spec.min_gpus, "max_gpus": spec.max_gpus, "gpus_step": spec.gpus_step}
+            shareable = False
         sj.pending_job = Job.model_construct(
             id=spec.id,
             tenant=spec.tenant,
@@ -421,6 +436,7 @@ class Simulator:
             memory_gib=spec.memory_gib,
             shareable=shareable,
             features=feats,
+            **elastic,
         )
         self.pending[sj.i] = sj
         self._request_decision()
@@ -550,6 +566,10 @@ class Simulator:
             shareable=p.shareable,
             restart_cost_s=lost,
             features=p.features,
+            min_gpus=p.min_gpus,
+            max_gpus=p.max_gpus,
+            gpus_step=p.gpus_step,
+            resize_overhead_s=self.cfg.resize_overhead_s if p.min_gpus or p.max_gpus else 0.0,
         )
 
     # ------------------------------------------------------------------ decisions
@@ -616,7 +636,7 @@ class Simulator:
             sj.preemptions += 1
             sj.restart_due = True
             sj.lost_gpu_s += lost_wall * sj.gpus
-            sj.lost_work_gpu_s += lost_work * sj.gpus
+            sj.lost_work_gpu_s += lost_work * sj.spec.gpus  # work is counted at the trace's size
             self.pending[sj.i] = sj
             pr = self.log.preemptions
             pr["t"].append(self.now)
@@ -625,10 +645,15 @@ class Simulator:
             pr["lost_s"].append(lost_wall)
             pr["gpus"].append(sj.gpus)
             self._dirty = True
+        grows = [rz for rz in decision.resize if rz.to_gpus > rz.from_gpus]
+        for rz in decision.resize:  # shrinks free their GPUs before anything starts
+            if rz.to_gpus < rz.from_gpus:
+                self._resize(rz)
         for s in decision.start:
             sj = self.by_id[s.job]
             del self.pending[sj.i]
             sj.state = RUNNING
+            sj.gpus = len(s.allocation)
             sj.alloc = [(self.node_index[r.node], r.gpu) for r in s.allocation]
             sj.refs = [GpuRef.model_construct(node=r.node, gpu=r.gpu) for r in s.allocation]
             sj.gpu_type = self.node_type[sj.alloc[0][0]]
@@ -658,7 +683,43 @@ class Simulator:
                 if not sj.on_loan:
                     self.own_use[(sj.tenant, sj.gpu_type)] += sj.gpus
                 sj.rate = 1.0
-                self._set_rate(sj, 1.0, host=True)
+                self._set_rate(sj, sj.gpus / sj.spec.gpus, host=True)
+        for rz in grows:
+            self._resize(rz)
+
+    def _resize(self, rz: Any) -> None:
+        """Apply one resize of a running elastic job: a checkpoint, the new GPUs, the overhead."""
+        sj = self.by_id[rz.job]
+        self._advance(sj)
+        new = [(self.node_index[r.node], r.gpu) for r in rz.allocation]
+        for g in sj.alloc:
+            if self.owner.get(g) is sj:
+                del self.owner[g]
+        for g in new:
+            self.owner[g] = sj
+        if not sj.on_loan:
+            self.own_use[(sj.tenant, sj.gpu_type)] += len(new) - sj.gpus
+        self._close_segment(sj)  # the segment so far ran on the old size
+        old = sj.gpus
+        sj.alloc = new
+        sj.refs = [GpuRef.model_construct(node=r.node, gpu=r.gpu) for r in rz.allocation]
+        sj.gpus = len(new)
+        rate = sj.gpus / sj.spec.gpus
+        overhead = self.cfg.resize_overhead_s
+        sj.work_left += overhead * rate  # the pause, at the new size
+        sj.lost_gpu_s += overhead * sj.gpus
+        sj.lost_work_gpu_s += overhead * sj.gpus
+        sj.run_start = self.now  # the resize checkpoints the job
+        sj.work_run_start = sj.work_left
+        self._set_rate(sj, rate, host=True)
+        r = self.log.resizes
+        r["t"].append(self.now)
+        r["job"].append(sj.i)
+        r["reason"].append(str(rz.reason))
+        r["from_gpus"].append(old)
+        r["to_gpus"].append(sj.gpus)
+        r["lost_s"].append(overhead)
+        self._dirty = True
 
     # ------------------------------------------------------------------ log
     def _close_log(self) -> None:

@@ -80,6 +80,13 @@ class TraceJob:
     workload: dict[str, float] = field(default_factory=dict)
     """Single-run profile columns (``speed, gpu_util, gmem_util, gmem`` MiB) when known: the
     trace's own workload columns, else the profile table's."""
+    min_gpus: int | None = None
+    """Elastic jobs: the fewest GPUs it may run on (``duration_s`` is at ``gpus``; its work is
+    ``gpus x duration_s`` GPU-seconds, done at a rate linear in its size)."""
+    max_gpus: int | None = None
+    """Elastic jobs: the most GPUs it may run on."""
+    gpus_step: int = 1
+    """Elastic jobs: the step between allowed sizes."""
 
 
 @dataclass(frozen=True)

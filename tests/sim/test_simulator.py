@@ -171,3 +171,45 @@ def test_seeded_truth_is_reproducible_and_seed_dependent() -> None:
     c = Simulator(tr, make_policy("fifo"), seed=2, config=cfg).run()
     assert a.jobs == b.jobs and a.segments == b.segments
     assert a.jobs["end_s"] != c.jobs["end_s"]
+
+
+def _elastic_reclaim(elastic: bool) -> Trace:
+    """b runs a guaranteed 4-GPU job on its quota and a best-effort 4-GPU sweep on a's idle
+    quota; at t=1000 a's 2-GPU job arrives and takes 2 GPUs back."""
+    sweep = {"min_gpus": 2, "max_gpus": 4} if elastic else {}
+    jobs = [
+        TraceJob("b-big", "b", 4, 0.0, 100000.0),
+        TraceJob("b-sweep", "b", 4, 0.0, 10000.0, **sweep),  # type: ignore[arg-type]
+        TraceJob("a1", "a", 2, 1000.0, 100000.0),
+    ]
+    tenants = [TenantSpec("a", {"V100": 4}), TenantSpec("b", {"V100": 4})]
+    trace = make_trace(jobs, tenants, gpus=8)  # beyond b's quota, the sweep is best-effort
+    assert [j.qos for j in trace.jobs] == ["guaranteed", "best_effort", "guaranteed"]
+    return trace
+
+
+def test_shrinking_an_elastic_job_loses_less_work_than_evicting_it() -> None:
+    """a takes 2 GPUs back (when the engine reclaims, at the same time T in both runs): the
+    elastic sweep shrinks to 2 and loses its 30 s resize overhead on 2 GPUs (60 GPU-s); the
+    rigid one, never checkpointed, is evicted and loses its T seconds of work on 4 GPUs."""
+    cfg = dataclasses.replace(
+        EXACT, checkpoint_s=0.0, resize_overhead_s=30.0, max_sim_s=30000.0, guaranteed_shareable=False
+    )
+    lost, when = {}, {}
+    for elastic in (True, False):
+        log = Simulator(_elastic_reclaim(elastic), make_policy("optsched"), config=cfg).run()
+        i = log.jobs["id"].index("b-sweep")
+        lost[elastic] = log.jobs["lost_work_gpu_s"][i]
+        if elastic:
+            assert log.preemptions["job"] == []
+            assert log.resizes["job"] == [i] and log.resizes["reason"] == ["shrink_for_reclaim"]
+            assert (log.resizes["from_gpus"], log.resizes["to_gpus"]) == ([4], [2])
+            (t,) = when[elastic] = log.resizes["t"]
+            # 4t of its 40000 GPU-s done by then; the rest plus the 30 s pause at 2 GPUs, at a
+            # rate linear in its size
+            assert log.jobs["end_s"][i] == pytest.approx(t + (40000.0 - 4 * t + 60.0) / 2)
+        else:
+            assert log.preemptions["reason"] == ["reclaim"] and log.resizes["job"] == []
+            (t,) = when[elastic] = log.preemptions["t"]
+    assert when[True] == when[False] and t >= 1000.0
+    assert lost == {True: 60.0, False: 4 * t}

@@ -5,8 +5,11 @@ Pending jobs are taken in order of value density (reclaim classes first), a clas
 their value order. Each starts inside its tenant's quota when it can, else on capacity borrowed
 from tenants with idle quota (within ``borrow_limit`` and ``lend_limit``); a reclaim job that
 cannot fit preempts on-loan jobs of other tenants on its type, cheapest per GPU first; a job
-with MPS pairs that cannot start alone becomes the guest of its best candidate host.
-Deterministic, no randomness.
+with MPS pairs that cannot start alone becomes the guest of its best candidate host. An
+elastic job starts at the largest of its sizes up to its requested one that fits (its sizes
+have the same value per GPU); an on-loan elastic job is shrunk, step by step, before it is
+reclaimed whole; last, running elastic jobs grow into what the plan leaves idle on the types
+where it stops nothing. Deterministic, no randomness.
 
 :func:`fill` starts, on top of any assignment, every queued job that still fits free GPUs
 within the rules (no preemption), so no decision leaves work undone that it could start.
@@ -65,6 +68,8 @@ class _Ledger:
         if a is not None:
             for r in a.preempt:
                 _preempt(self, p, r)
+            for r, d in a.resize.items():
+                _resize(self, p, r, d)
             for c, counts in a.starts.items():
                 for (t, loan), k in counts.items():
                     self.apply(p.pending[c].tenant, t, k * p.pending[c].gpus, not loan)
@@ -159,14 +164,32 @@ def _preempt(ledger: _Ledger, p: EpochProblem, r: int, sign: int = 1) -> None:
         ledger.freed[run.type] += sign * run.gpus
 
 
-def _members(p: EpochProblem, a: Assignment) -> list[tuple[bool, float, str, int, int]]:
-    """A heap of the next member of every class: (not reclaim, -density, job, class, rank)."""
+def _resize(ledger: _Ledger, p: EpochProblem, r: int, d: int) -> None:
+    """Resize elastic job ``r`` by ``d`` steps in the ledger (growth is no start, a shrink
+    frees GPUs as a preemption does)."""
+    run = p.running[r]
+    g = d * run.step
+    ledger.apply(run.tenant, run.type, g, not run.on_loan)
+    ledger.started[run.type] -= g
+    if d < 0:
+        ledger.freed[run.type] -= g
+
+
+def _started_groups(p: EpochProblem, a: Assignment) -> set[str]:
+    """Elastic jobs (groups) already started at one of their sizes."""
+    return {p.pending[c].group for c in a.starts if p.pending[c].group}
+
+
+def _members(p: EpochProblem, a: Assignment) -> list[tuple[bool, float, str, int, int, int]]:
+    """A heap of the next member of every class: (not reclaim, -density, job, -gang, class,
+    rank); the gang orders the sizes of one elastic job, largest first."""
     heap = []
+    groups = _started_groups(p, a)
     for c, cls in enumerate(p.pending):
         k = a.started(c)
-        if c in a.guests or k >= len(cls.jobs):
+        if c in a.guests or k >= len(cls.jobs) or (cls.group and cls.group in groups):
             continue
-        heap.append((not cls.reclaim, -cls.values[k] / cls.gpus, cls.jobs[k], c, k))
+        heap.append((not cls.reclaim, -cls.values[k] / cls.gpus, cls.jobs[k], -cls.gpus, c, k))
     heapq.heapify(heap)
     return heap
 
@@ -191,20 +214,25 @@ def _run(
     for lst in victims.values():
         lst.sort(key=lambda r: (p.running[r].cost / p.running[r].gpus, p.running[r].job))
     heap = _members(p, a)
+    groups = _started_groups(p, a)
     while heap:
-        later, negd, job, c, k = heapq.heappop(heap)
+        later, negd, job, negg, c, k = heapq.heappop(heap)
         cls = p.pending[c]
+        if cls.group and cls.group in groups:
+            continue  # the elastic job started at another size
         first = cls.reclaim and not later  # reclaim priority holds for starts inside quota only
         got = _try_start(ledger, p, c, own_only=first) if a.started(c) < cls.cap else None
         if got is None and reclaim and first and a.started(c) < cls.cap:
             got = _reclaim(ledger, p, a, c, victims, guests_of_host)
         if got is None and first:  # on loan it waits its turn like any other job
-            heapq.heappush(heap, (True, negd, job, c, k))
+            heapq.heappush(heap, (True, negd, job, negg, c, k))
             continue
         if got is not None:
             a.add(c, got[0], got[1])
+            if cls.group:
+                groups.add(cls.group)
             if k + 1 < len(cls.jobs):
-                nxt = (not cls.reclaim, -cls.values[k + 1] / cls.gpus, cls.jobs[k + 1], c, k + 1)
+                nxt = (not cls.reclaim, -cls.values[k + 1] / cls.gpus, cls.jobs[k + 1], negg, c, k + 1)
                 heapq.heappush(heap, nxt)
             continue
         # members of a class are alike: if this one cannot start, neither can the rest
@@ -226,7 +254,40 @@ def greedy_assignment(p: EpochProblem) -> Assignment:
     _run(p, a, ledger, reclaim=True)
     _priority(p, a, ledger)
     _drop_unused_preemptions(p, a)
+    _grow(p, a)
     return a
+
+
+def _grow(p: EpochProblem, a: Assignment) -> None:
+    """Grow running elastic jobs into the GPUs the plan leaves idle, as the model does: only on
+    types where the plan stops nothing, inside quota (jobs on own quota) or borrowed (jobs on
+    loan), highest growth value per GPU first (then job id), one step at a time."""
+    ledger = _Ledger(p, a)
+    stopped = {p.running[r].type for r in a.preempt if not p.running[r].guest}
+    stopped |= {p.running[r].type for r in a.resize}  # the plan's resizes so far are shrinks
+    order = sorted(
+        (
+            r
+            for r, run in enumerate(p.running)
+            if run.grow_steps and r not in a.preempt and r not in a.resize and run.type not in stopped
+        ),
+        key=lambda r: (-p.running[r].grow_value / p.running[r].step, p.running[r].job),
+    )
+    for r in order:
+        run = p.running[r]
+        i, t = run.tenant, run.type
+        d = 0
+        while d < run.grow_steps:
+            if not run.on_loan and ledger.own[i][t] + run.step > p.quota[i][t]:
+                break
+            _resize(ledger, p, r, 1)
+            if not ledger.feasible(i, t):
+                _resize(ledger, p, r, -1)
+                ledger.freed[t] -= run.step  # an undone growth frees nothing
+                break
+            d += 1
+        if d:
+            a.resize[r] = d
 
 
 def _priority(p: EpochProblem, a: Assignment, ledger: _Ledger) -> None:
@@ -260,9 +321,10 @@ def _priority(p: EpochProblem, a: Assignment, ledger: _Ledger) -> None:
         (c for c, cls in enumerate(p.pending) if cls.guaranteed and cls.own_types and c not in a.guests),
         key=lambda c: (-p.pending[c].density, p.pending[c].job),
     )
+    groups = _started_groups(p, a)
     for c in order:
         cls = p.pending[c]
-        while a.started(c) < cls.cap:
+        while a.started(c) < cls.cap and not (cls.group and cls.group in groups):
             done = False
             for t in cls.own_types:
                 # preemptions are paid with time-invariant worth (the model's preemption_pays)
@@ -281,8 +343,8 @@ def _priority(p: EpochProblem, a: Assignment, ledger: _Ledger) -> None:
                 applied = False
                 trial = list(spent)
                 for r in itertools.chain(own_list, others):
-                    if r in a.preempt or r in hosting:
-                        continue  # a host that took a guest this epoch keeps running
+                    if r in a.preempt or r in hosting or r in a.resize:
+                        continue  # a host that took a guest, or a resized job, keeps running
                     run = p.running[r]
                     cap = p.cap_of(run.tenant) if run.priority_victim else None
                     if cap is not None and trial[run.tenant] + run.gpus > cap:
@@ -311,6 +373,8 @@ def _priority(p: EpochProblem, a: Assignment, ledger: _Ledger) -> None:
                     taken = []
                 if got is not None:
                     a.add(c, got[0], got[1])
+                    if cls.group:
+                        groups.add(cls.group)
                     spent = trial
                     for r in taken:
                         a.preempt.add(r)
@@ -396,6 +460,14 @@ def _repair(ledger: _Ledger, p: EpochProblem, a: Assignment) -> None:
             run = p.running[r]
             if ledger.pool(t) >= 0 and ledger.borrow_ok(run.tenant, t):
                 continue
+            d = 0
+            while d < run.shrink_steps and not (ledger.pool(t) >= 0 and ledger.borrow_ok(run.tenant, t)):
+                _resize(ledger, p, r, -1)
+                d += 1
+            if d and ledger.pool(t) >= 0 and ledger.borrow_ok(run.tenant, t):
+                a.resize[r] = -d  # shrinking gives back enough: no reclaim of the whole job
+                continue
+            _resize(ledger, p, r, d)
             _preempt(ledger, p, r)
             a.preempt.add(r)
             a.preempt.update(hosts_guests.get(run.job, []))
@@ -423,8 +495,19 @@ def _reclaim(
             order = sorted(order, key=lambda r: depth(p.running[r].tenant, cls.tenant))
         for r in order:
             run = p.running[r]
-            if run.tenant == cls.tenant or r in a.preempt or r in a.guests.values():
+            if run.tenant == cls.tenant or r in a.preempt or r in a.guests.values() or r in a.resize:
                 continue
+            for d in range(1, run.shrink_steps + 1):  # shrinking first: it loses less work
+                _resize(ledger, p, r, -1)
+                got = _try_start(ledger, p, c, own_only=True)
+                if got is not None:
+                    a.resize[r] = -d
+                    a.preempt.update(taken)
+                    for v in taken:
+                        a.preempt.update(guests_of_host.get(p.running[v].job, []))
+                        victims[t].remove(v)
+                    return got
+            _resize(ledger, p, r, run.shrink_steps)
             _preempt(ledger, p, r)
             taken.append(r)
             got = _try_start(ledger, p, c)
