@@ -130,12 +130,13 @@ def small_snapshot(epochs: int | None) -> dict[str, Any]:
 
 
 def test_expected_starts_by_hand() -> None:
-    # r leaves at now + 700: p1 and p2 start together at the first slot after it (now + 900)
-    # and end at now + 1200, when p3 gets all 8 GPUs. (p3 first would hold every GPU until
-    # now + 3900 and push p1 and p2 out of the horizon: worth less.)
+    # r leaves at now + 700: p1 and p2 are planned together in the first slot after it
+    # (now + 900), and may start when r ends (now + 700); planned till now + 1200, when p3 gets
+    # all 8 GPUs. (p3 first would hold every GPU until now + 3900 and push p1 and p2 out of the
+    # horizon: worth less.)
     state, d = _solve(small_snapshot(4))
     assert check_decision(state, d) == []
-    assert d.expected_start_s == {"p1": NOW + 900, "p2": NOW + 900, "p3": NOW + 1200}
+    assert d.expected_start_s == {"p1": NOW + 700, "p2": NOW + 700, "p3": NOW + 1200}
     assert set(d.queue[:2]) == {"p1", "p2"} and d.queue[2] == "p3"
     assert d.reservations == []
     lines = describe_job(state, d, "p3")
@@ -145,7 +146,7 @@ def test_expected_starts_by_hand() -> None:
 def test_a_job_beyond_the_horizon_has_no_expected_start() -> None:
     # three slots end at now + 900: p3's slot (now + 1200) is beyond them
     state, d = _solve(small_snapshot(3))
-    assert d.expected_start_s == {"p1": NOW + 900, "p2": NOW + 900}
+    assert d.expected_start_s == {"p1": NOW + 700, "p2": NOW + 700}
     assert d.queue[2] == "p3"
     assert d.explanations["p3"].expected_start_s is None
     assert "expected start: beyond the look-ahead plan's horizon" in describe_job(state, d, "p3")
@@ -155,7 +156,7 @@ def test_lookahead_off_keeps_the_value_order() -> None:
     _, off = _solve(small_snapshot(0))
     assert off.expected_start_s == {} and off.reservations == []
     _, on = _solve(small_snapshot(None))  # the default: 6 epochs
-    assert on.expected_start_s == {"p1": NOW + 900, "p2": NOW + 900, "p3": NOW + 1200}
+    assert on.expected_start_s == {"p1": NOW + 700, "p2": NOW + 700, "p3": NOW + 1200}
     off_gang = gang_snapshot()
     off_gang["options"]["lookahead_epochs"] = 0
     state, d = _solve(off_gang)

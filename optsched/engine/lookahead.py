@@ -338,18 +338,9 @@ def annotate(
     stopped = {p.job for p in decision.preempt}
     queued = set(decision.queue)
     holds = [h for h in res.holds if h.job in queued]
-    # the profile's instants: the slot starts now + k * epoch (k = 0 .. L) and the reserved
-    # gangs' starts; free GPUs per type at each (a job holds GPUs over [start, predicted end))
-    instants = sorted({now + k * epoch for k in range(slots + 1)} | {h.start_s for h in holds})
-    slot_at = [bisect.bisect_left(instants, now + k * epoch) for k in range(slots + 1)]
-    free = [[cap[t]] * len(instants) for t in types]
+    # who holds GPUs over [start, predicted end): kept running jobs, starts, reserved gangs
+    held_by: list[tuple[str, float, float, int]] = []
     free_now = {t: cap[t] for t in types}
-
-    def occupy(t: str, start: float, end: float, g: int) -> None:
-        row = free[tindex[t]]
-        for x in range(bisect.bisect_left(instants, start), bisect.bisect_left(instants, end)):
-            row[x] -= g
-
     down = {n.id for n in snap.nodes if not n.available}
     for job in state.running():
         if job.id in stopped or job.id in state.host_of:
@@ -359,20 +350,34 @@ def annotate(
             continue
         t = state.job_type(job)
         end = now + remaining_s(predictions.jobs[job.id].runtime_s, now, job.start_s)
-        occupy(t, now, end, job.gpus)
+        held_by.append((t, now, end, job.gpus))
         free_now[t] -= job.gpus
     for s in decision.start:
         if s.colocated_with:
             continue
         t = state.node_type(s.allocation[0].node)
         end = now + remaining_s(predictions.jobs[s.job].runtime_s, now, None)
-        occupy(t, now, end, len(s.allocation))
+        held_by.append((t, now, end, len(s.allocation)))
         free_now[t] -= len(s.allocation)
     expected: dict[str, float] = {}
     for h in holds:
         end = h.start_s + remaining_s(predictions.jobs[h.job].runtime_s, now, None)
-        occupy(h.gpu_type, h.start_s, end, h.gpus)
+        held_by.append((h.gpu_type, h.start_s, end, h.gpus))
         expected[h.job] = h.start_s
+    # the profile's instants: the slot starts now + k * epoch (k = 0 .. L), the reserved gangs'
+    # starts and the predicted ends within the horizon; free GPUs per type at each
+    horizon = now + slots * epoch
+    instants = sorted(
+        {now + k * epoch for k in range(slots + 1)}
+        | {h.start_s for h in holds}
+        | {end for _, _, end, _ in held_by if end < horizon}
+    )
+    slot_at = [bisect.bisect_left(instants, now + k * epoch) for k in range(slots + 1)]
+    free = [[cap[t]] * len(instants) for t in types]
+    for tname, start, end, g in held_by:
+        row = free[tindex[tname]]
+        for x in range(bisect.bisect_left(instants, start), bisect.bisect_left(instants, end)):
+            row[x] -= g
     held_jobs = {h.job for h in holds}
     items: list[_Item] = []
     vmax = max((density.get(j, 0.0) * state.job(j).gpus for j in decision.queue), default=0.0)
@@ -400,9 +405,28 @@ def annotate(
         better = _cpsat_plan(items, free, slots, plan, seed, PLAN_WORK_SHARE * time_limit_s)
         if better is not None:
             plan, how = better, "cpsat"
+    # a job planned at slot k may start as soon as GPUs free up after slot k - 1 (a decision
+    # follows a completion): its expected start is the earliest predicted end in between from
+    # which its gang fits until the slot, in plan order, on the profile with the plan
+    final = [list(row) for row in free]
     for it, p in zip(items, plan, strict=True):
         if p is not None:
-            expected[it.job] = now + p[0] * epoch
+            _, first, last = it.spans[p[0] - 1]
+            for x in range(first, last + 1):
+                final[p[1]][x] -= it.gpus
+    placed = sorted(
+        ((p[0], n, it, p[1]) for n, (it, p) in enumerate(zip(items, plan, strict=True)) if p is not None),
+        key=lambda x: (x[0], x[1]),
+    )
+    for k, _, it, ti in placed:
+        at = slot_at[k]
+        row = final[ti]
+        x = at
+        while x - 1 > slot_at[k - 1] and row[x - 1] >= it.gpus:
+            x -= 1
+        for y in range(x, at):
+            row[y] -= it.gpus
+        expected[it.job] = instants[x]
     order = {jid: k for k, jid in enumerate(decision.queue)}
     decision.queue = sorted(decision.queue, key=lambda j: (expected.get(j, math.inf), order[j]))
     decision.expected_start_s = {j: round(expected[j], 3) for j in decision.queue if j in expected}
