@@ -41,7 +41,7 @@ def gang_snapshot(backend: str = "auto") -> dict[str, Any]:
         pending("long", "a", 4, submit_s=4000.0, runtime_s=7200.0),
         pending("small2", "a", 8, submit_s=6000.0, runtime_s=600.0),
     ]
-    snap["options"] = {"backend": backend}
+    snap["options"] = {"backend": backend, "reserve_min_gpus": 16}
     return snap
 
 

@@ -77,7 +77,7 @@ def simulate(
     lookahead_epochs: int | None = typer.Option(
         None, "--lookahead-epochs", help="optsched look-ahead horizon in epochs (0: off; default 6)"),
     reserve_min_gpus: int | None = typer.Option(
-        None, "--reserve-min-gpus", help="smallest gang optsched reserves GPUs for (default 16)"),
+        None, "--reserve-min-gpus", help="smallest gang optsched reserves GPUs for (default 33)"),
     oracle_runtime: bool = typer.Option(False, "--oracle-runtime",
                                         help="snapshots carry TRUE runtimes (oracle mode)"),
     plots: bool = typer.Option(True, "--plots/--no-plots"),

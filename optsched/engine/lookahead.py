@@ -49,11 +49,12 @@ MIN_REMAINING_S = 60.0
 """Floor of a job's predicted remaining runtime: a job past its prediction is expected to end
 soon, not to have ended."""
 DEFAULT_LOOKAHEAD_EPOCHS = 6
-DEFAULT_RESERVE_MIN_GPUS = 16
+DEFAULT_RESERVE_MIN_GPUS = 33
 PLAN_WORK_SHARE = 0.05
 """Share of the decision's time limit given to the CP-SAT slot model as deterministic work."""
-MAX_PLAN_VARS = 6000
-"""Slot models with more (job, type, slot) variables keep the greedy plan."""
+MAX_PLAN_TERMS = 20000
+"""Slot models with more (job, type, slot, instant) capacity terms keep the greedy plan (the
+model's size, never the clock, decides)."""
 VALUE_SCALE = 1000
 """Integer scale of the job values in the CP-SAT slot model."""
 
@@ -274,30 +275,37 @@ def _cpsat_plan(
     the profile; maximise value x earliness. None when it finds nothing better than the hint."""
     from ortools.sat.python import cp_model
 
+    # the (slot, type) choices that fit alone, counted before any model is built
+    cands: list[list[tuple[int, int, int, int]]] = []
+    terms = 0
+    for it in items:
+        got = [
+            (k, t, first, last)
+            for k, first, last in it.spans
+            for t in it.types
+            if _fits(free[t], first, last, it.gpus)
+        ]
+        terms += sum(last - first + 1 for _, _, first, last in got)
+        if terms > MAX_PLAN_TERMS:
+            return None
+        cands.append(got)
     m = cp_model.CpModel()
     xs: list[list[tuple[int, int, cp_model.IntVar]]] = []
     use: dict[tuple[int, int], list[tuple[int, cp_model.IntVar]]] = defaultdict(list)
-    n = 0
-    for i, it in enumerate(items):
+    for i, (it, got) in enumerate(zip(items, cands, strict=True)):
         row = []
-        for k, first, last in it.spans:
-            for t in it.types:
-                if not _fits(free[t], first, last, it.gpus):
-                    continue
-                v = m.new_bool_var(f"x{i}_{k}_{t}")
-                row.append((k, t, v))
-                for x in range(first, last + 1):
-                    use[(t, x)].append((it.gpus, v))
-                m.add_hint(v, hint[i] == (k, t))
-        n += len(row)
-        if n > MAX_PLAN_VARS:
-            return None
+        for k, t, first, last in got:
+            v = m.new_bool_var(f"x{i}_{k}_{t}")
+            row.append((k, t, v))
+            for x in range(first, last + 1):
+                use[(t, x)].append((it.gpus, v))
+            m.add_hint(v, hint[i] == (k, t))
         if row:
             m.add_at_most_one(v for _, _, v in row)
         xs.append(row)
-    for (t, x), terms in sorted(use.items()):
-        if sum(g for g, _ in terms) > free[t][x]:
-            m.add(sum(g * v for g, v in terms) <= free[t][x])
+    for (t, x), on in sorted(use.items()):
+        if sum(g for g, _ in on) > free[t][x]:
+            m.add(sum(g * v for g, v in on) <= free[t][x])
     m.maximize(
         sum(it.value * (slots + 1 - k) * v for it, row in zip(items, xs, strict=True) for k, _, v in row)
     )

@@ -356,7 +356,7 @@ class Options(_Strict):
         ge=1,
         description="Smallest gang that may get a reservation: per GPU type, the longest-waiting "
         "pending gang of at least this many GPUs that cannot start now holds back GPUs for its "
-        "predicted start (added by optsched; default 16).",
+        "predicted start (added by optsched; default 33).",
     )
 
 
