@@ -98,6 +98,23 @@ def large_gang_delay(log: EventLog, gpus: int = LARGE_GANG_GPUS) -> tuple[int, f
     return int(big.sum()), float(d.mean()) if d.size else math.nan
 
 
+COLUMNS: tuple[tuple[str, str], ...] = (
+    ("samples", "expected starts announced (decision, queued job) whose job started later"),
+    ("median abs err (s)", "median of |actual start − expected start| over those samples"),
+    ("p90 abs err (s)", "90th percentile of the same absolute errors"),
+    ("within one epoch", "share of the samples whose absolute error is at most one epoch"),
+    ("median err (s)", "median of actual − expected: above 0, jobs start later than announced"),
+    ("large gangs", f"jobs of {LARGE_GANG_GPUS}+ GPUs in the slice replayed"),
+    ("large-gang avg queue (s)", "their mean queueing delay (first start − submission)"),
+)
+"""The columns of the ``## Expected starts`` table: header, definition."""
+
+
+def column_lines() -> list[str]:
+    """The definitions of :data:`COLUMNS`, as the report's ``## Columns`` section lists them."""
+    return [f"- **{h}**: {d}." for h, d in COLUMNS]
+
+
 def report_lines(summary: dict[str, Any]) -> list[str]:
     """The ``## Expected starts`` section of ``summary.md`` (empty when no policy announced any)."""
     pols = summary.get("policies", {})
@@ -113,6 +130,7 @@ def report_lines(summary: dict[str, Any]) -> list[str]:
         v = m.get(key, {}).get("mean", math.nan)
         return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, fmt)
 
+    heads = " | ".join(h for h, _ in COLUMNS)
     lines = [
         "## Expected starts",
         "",
@@ -121,9 +139,8 @@ def report_lines(summary: dict[str, Any]) -> list[str]:
         "announcement whose job started (means over seeds). *err* = actual − expected; "
         f"*large gangs* are jobs of {LARGE_GANG_GPUS}+ GPUs.",
         "",
-        "| policy | samples | median abs err (s) | p90 abs err (s) | within one epoch | median err (s) "
-        "| large gangs | large-gang avg queue (s) |",
-        "|---|---|---|---|---|---|---|---|",
+        f"| policy | {heads} |",
+        "|---" * (len(COLUMNS) + 1) + "|",
     ]
     for pol, m in rows:
         lines.append(

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Any
 
-from optsched.sim.expected import report_lines
+from optsched.sim.expected import column_lines, report_lines
 
 REFERENCE = "optsched"
 """The policy the headline compares with the others (when it ran)."""
@@ -470,7 +470,10 @@ def render_report(summary: dict[str, Any]) -> str:
     lines += _tenants(summary)
     lines += report_lines(summary)
     lines += _settings(summary)
-    lines += _columns()
+    cols = _columns()
+    if any(x.startswith("## Expected starts") for x in lines):
+        cols = [*cols[:-1], *column_lines(), ""]
+    lines += cols
     return "\n".join(lines).rstrip() + "\n"
 
 
