@@ -273,8 +273,6 @@ def _cpsat_plan(
 ) -> list[tuple[int, int] | None] | None:
     """The slot model: at most one (slot, type) per item, per-type capacity at every instant of
     the profile; maximise value x earliness. None when it finds nothing better than the hint."""
-    from ortools.sat.python import cp_model
-
     # the (slot, type) choices that fit alone, counted before any model is built
     cands: list[list[tuple[int, int, int, int]]] = []
     terms = 0
@@ -289,6 +287,8 @@ def _cpsat_plan(
         if terms > MAX_PLAN_TERMS:
             return None
         cands.append(got)
+    from ortools.sat.python import cp_model
+
     m = cp_model.CpModel()
     xs: list[list[tuple[int, int, cp_model.IntVar]]] = []
     use: dict[tuple[int, int], list[tuple[int, cp_model.IntVar]]] = defaultdict(list)
@@ -372,20 +372,23 @@ def annotate(
         end = h.start_s + remaining_s(predictions.jobs[h.job].runtime_s, now, None)
         held_by.append((h.gpu_type, h.start_s, end, h.gpus))
         expected[h.job] = h.start_s
-    # the profile's instants: the slot starts now + k * epoch (k = 0 .. L), the reserved gangs'
-    # starts and the predicted ends within the horizon; free GPUs per type at each
-    horizon = now + slots * epoch
-    instants = sorted(
-        {now + k * epoch for k in range(slots + 1)}
-        | {h.start_s for h in holds}
-        | {end for _, _, end, _ in held_by if end < horizon}
-    )
+    # the profile's instants: the slot starts now + k * epoch (k = 0 .. L) and the reserved
+    # gangs' starts; free GPUs per type at each
+    instants = sorted({now + k * epoch for k in range(slots + 1)} | {h.start_s for h in holds})
     slot_at = [bisect.bisect_left(instants, now + k * epoch) for k in range(slots + 1)]
     free = [[cap[t]] * len(instants) for t in types]
+    # between the instants: GPUs freed (+) at predicted ends and taken (-) by reserved gangs
+    events: list[list[tuple[float, int]]] = [[] for _ in types]
     for tname, start, end, g in held_by:
-        row = free[tindex[tname]]
+        ti = tindex[tname]
+        row = free[ti]
         for x in range(bisect.bisect_left(instants, start), bisect.bisect_left(instants, end)):
             row[x] -= g
+        events[ti].append((end, g))
+        if start > now:
+            events[ti].append((start, -g))
+    for ev in events:
+        ev.sort()
     held_jobs = {h.job for h in holds}
     items: list[_Item] = []
     vmax = max((density.get(j, 0.0) * state.job(j).gpus for j in decision.queue), default=0.0)
@@ -415,7 +418,7 @@ def annotate(
             plan, how = better, "cpsat"
     # a job planned at slot k may start as soon as GPUs free up after slot k - 1 (a decision
     # follows a completion): its expected start is the earliest predicted end in between from
-    # which its gang fits until the slot, in plan order, on the profile with the plan
+    # which its gang fits until the slot, given the jobs placed before it (plan order)
     final = [list(row) for row in free]
     for it, p in zip(items, plan, strict=True):
         if p is not None:
@@ -426,15 +429,25 @@ def annotate(
         ((p[0], n, it, p[1]) for n, (it, p) in enumerate(zip(items, plan, strict=True)) if p is not None),
         key=lambda x: (x[0], x[1]),
     )
+    claims: dict[tuple[int, int], list[tuple[float, int]]] = defaultdict(list)
     for k, _, it, ti in placed:
-        at = slot_at[k]
-        row = final[ti]
-        x = at
-        while x - 1 > slot_at[k - 1] and row[x - 1] >= it.gpus:
-            x -= 1
-        for y in range(x, at):
-            row[y] -= it.gpus
-        expected[it.job] = instants[x]
+        lo, hi = now + (k - 1) * epoch, now + k * epoch
+        ev = events[ti]
+        inside = ev[bisect.bisect_right(ev, (lo, math.inf)) : bisect.bisect_left(ev, (hi, -math.inf))]
+        base = final[ti][slot_at[k - 1]]
+        # free GPUs just after each event inside (lo, hi), before this job
+        level, levels = base, []
+        for when, g in inside:
+            level += g
+            levels.append((when, level - sum(c for at, c in claims[(ti, k)] if at <= when)))
+        got = hi
+        for j in range(len(levels)):
+            if all(f >= it.gpus for _, f in levels[j:]):
+                got = levels[j][0]
+                break
+        if got < hi:
+            claims[(ti, k)].append((got, it.gpus))
+        expected[it.job] = got
     order = {jid: k for k, jid in enumerate(decision.queue)}
     decision.queue = sorted(decision.queue, key=lambda j: (expected.get(j, math.inf), order[j]))
     decision.expected_start_s = {j: round(expected[j], 3) for j in decision.queue if j in expected}
