@@ -67,6 +67,10 @@ def test_gang_reservation_holds_long_jobs_and_backfills_short_ones(backend: str)
     assert d.expected_start_s == {"small2": NOW + 600, "gang": NOW + 3000}
     assert d.queue == ["small2", "gang", "long"]
     assert d.explanations["small2"].expected_start_s == NOW + 600
+    assert d.explanations["gang"].text.endswith(
+        f"It has a reservation: 8 free 'A100' GPUs are held for it, and its 32 GPUs are predicted free "
+        f"at {NOW + 3000:.0f}."
+    )
     assert d.explanations["long"].expected_start_s is None
 
 

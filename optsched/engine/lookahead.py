@@ -465,6 +465,12 @@ def annotate(
         if e is None:
             continue
         update: dict[str, object] = {"expected_start_s": decision.expected_start_s.get(jid)}
+        own = next((h for h in holds if h.job == jid), None)
+        if own is not None:
+            update["text"] = (
+                f"{e.text} It has a reservation: {own.held} free '{own.gpu_type}' GPUs are held for it, "
+                f"and its {own.gpus} GPUs are predicted free at {own.start_s:.0f}."
+            )
         job = state.job(jid)
         end = now + remaining_s(predictions.jobs[jid].runtime_s, now, None)
         for t in state.allowed_types(job):
