@@ -200,3 +200,33 @@ def test_slot_model_beats_the_value_ordered_list_schedule() -> None:
     assert best == [(2, 0), (1, 0), (1, 0)] and _score(items, best, 3) == 18
     # nothing better than an optimal hint: None (the hint stays)
     assert _cpsat_plan(items, free, 3, best, seed=0, work_s=1.0) is None
+
+
+@pytest.mark.parametrize(
+    ("size", "seed", "reserved"), [("tiny", 0, 1), ("tiny", 3, 0), ("venus", 1, 0), ("medium", 0, 1)]
+)
+def test_generated_snapshots_with_reservations_pass_the_checker(size: str, seed: int, reserved: int) -> None:
+    from optsched.instances import generate
+
+    snap = generate(size, seed=seed)  # type: ignore[arg-type]
+    snap["options"] = {**(snap.get("options") or {}), "reserve_min_gpus": 2, "backend": "greedy"}
+    state, d = _solve(snap)
+    assert check_decision(state, d) == []
+    assert set(d.expected_start_s) <= set(d.queue)
+    assert len(d.reservations) == reserved
+    held = {r.job for r in d.reservations}
+    assert held <= set(d.queue) and len({r.gpu_type for r in d.reservations}) == len(d.reservations)
+    # the planned order: announced starts first, in time order
+    times = [d.expected_start_s[j] for j in d.queue if j in d.expected_start_s]
+    assert times == sorted(times)
+    assert d.queue[: len(times)] == [j for j in d.queue if j in d.expected_start_s]
+
+
+def test_generated_reservation_case_on_every_backend(backend: str) -> None:
+    from optsched.instances import generate
+
+    snap = generate("tiny", seed=0)
+    snap["options"] = {**(snap.get("options") or {}), "reserve_min_gpus": 2, "backend": backend}
+    state, d = _solve(snap)
+    assert len(d.reservations) == 1
+    assert check_decision(state, d) == []
