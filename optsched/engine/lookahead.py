@@ -313,10 +313,10 @@ def _cpsat_plan(
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = seed
     solver.parameters.max_deterministic_time = work_s
-    solver.parameters.max_time_in_seconds = max(1.0, 20 * work_s)
+    wall = solver.parameters.max_time_in_seconds = max(1.0, 20 * work_s)
     status = solver.solve(m)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return None
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE) or solver.wall_time >= wall:
+        return None  # a plan cut by the wall clock (a safety net only) would depend on the load
     if solver.objective_value <= _score(items, hint, slots) + 0.5:
         return None
     return [next(((k, t) for k, t, v in row if solver.boolean_value(v)), None) for row in xs]
