@@ -59,7 +59,7 @@ def test_gang_reservation_holds_long_jobs_and_backfills_short_ones(backend: str)
     assert [s.job for s in d.start] == ["short"]
     assert d.queue_reasons["long"] == QueueReason.RESERVED
     e = d.explanations["long"]
-    assert e.binding == "reservation" and e.reserved_for == "gang"
+    assert e.binding == "reservation" and e.reserved_for == "gang" and e.blocked_by == []
     assert e.text.startswith(f"reserved for gang gang at time {NOW + 3000:.0f}: 4 'A100' GPUs are free")
     # hand-computed plan: slots now + 300 k, k = 1..6; "small2" (8 GPUs, 600 s) needs r1's 8
     # GPUs (free from now + 600, since "short" holds 4 of the 8 free until now + 1000); "long"

@@ -484,6 +484,7 @@ def annotate(
                     code=QueueReason.RESERVED.value,
                     binding="reservation",
                     reserved_for=h.job,
+                    blocked_by=[],
                     text=(
                         f"reserved for gang {h.job} at time {h.start_s:.0f}: {f} '{t}' GPUs are free, but "
                         f"{h.held} are held for its {h.gpus}-GPU start, and this job (predicted "
