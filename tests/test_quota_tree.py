@@ -314,6 +314,8 @@ def _bad(snap: dict[str, Any], loans: list[Loan]) -> list[str]:
             "queue_reasons": {},
             "loans": loans,
             "explanations": {},
+            "expected_start_s": {},
+            "reservations": [],
         }
     )
     return [v.message for v in check_decision(state, bad)]

@@ -74,6 +74,10 @@ def simulate(
     backend: str = typer.Option("auto", "--backend", help="optsched backend (auto: the engine's default)"),
     time_limit_s: float = typer.Option(0.2, "--time-limit-s", help="optsched time per epoch"),
     predictor: str = typer.Option("trained", "--predictor", help="trained | fallback | oracle"),
+    lookahead_epochs: int | None = typer.Option(
+        None, "--lookahead-epochs", help="optsched look-ahead horizon in epochs (0: off; default 6)"),
+    reserve_min_gpus: int | None = typer.Option(
+        None, "--reserve-min-gpus", help="smallest gang optsched reserves GPUs for (default 33)"),
     oracle_runtime: bool = typer.Option(False, "--oracle-runtime",
                                         help="snapshots carry TRUE runtimes (oracle mode)"),
     plots: bool = typer.Option(True, "--plots/--no-plots"),
@@ -101,7 +105,11 @@ def simulate(
                     checkpoint_s=checkpoint_s, restart_overhead_s=restart_overhead_s,
                     oracle_runtime=oracle_runtime)
     rule = GuaranteeRule(mode=guarantee, fraction=guarantee_fraction)  # type: ignore[arg-type]
-    opts = {"backend": backend, "time_limit_s": time_limit_s, "predictor": predictor}
+    opts: dict[str, Any] = {"backend": backend, "time_limit_s": time_limit_s, "predictor": predictor}
+    if lookahead_epochs is not None:
+        opts["lookahead_epochs"] = lookahead_epochs
+    if reserve_min_gpus is not None:
+        opts["reserve_min_gpus"] = reserve_min_gpus
     specs = [
         RunSpec(trace=trace, policy=p, seed=s, config=cfg,
                 policy_options=opts if p == "optsched" else {}, qos_delay_s=qos_delay_s,

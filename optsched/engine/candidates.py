@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
+from collections.abc import Mapping
 
 from optsched.engine import assurance as asr
 from optsched.engine import elastic
@@ -46,8 +47,9 @@ MAX_HOSTS_PER_GUEST = 6
 MAX_HOSTS_SCANNED = 48
 """Per guest job, at most this many hosts (most memory room first) get a pair prediction."""
 
-ClassKey = tuple[int, int, tuple[int, ...], bool, str, str]
-"""(tenant, gang, allowed types, guaranteed, singleton job or "", priority class or "")."""
+ClassKey = tuple[int, int, tuple[int, ...], bool, str, str, str]
+"""(tenant, gang, allowed types, guaranteed, singleton job or "", priority class or "", backfill
+group or "")."""
 
 
 def class_weight(snap: Snapshot, tenant: Tenant, job: Job) -> float:
@@ -81,8 +83,13 @@ def build_problem(
     predictor: Predictor,
     signal: dict[str, asr.TenantAssurance],
     weights: ObjectiveWeights = DEFAULT_WEIGHTS,
+    groups: Mapping[str, str] | None = None,
 ) -> EpochProblem:
-    """Score the candidates of one epoch (every pending job is kept)."""
+    """Score the candidates of one epoch (every pending job is kept).
+
+    ``groups`` (job id -> label) splits classes further: jobs with different labels are never
+    members of one class (the look-ahead's backfill groups, :mod:`optsched.engine.lookahead`).
+    """
     w = weights
     snap = state.snapshot
     types = state.type_names
@@ -237,7 +244,8 @@ def build_problem(
         if not allowed:
             unplaceable.append(job.id)
             continue
-        key: ClassKey = (k, job.gpus, allowed, guaranteed, "", pclass)
+        group = groups.get(job.id, "") if groups else ""
+        key: ClassKey = (k, job.gpus, allowed, guaranteed, "", pclass, group)
         memory[job.id] = est.memory_gib
         if job.is_shareable and any_mps:
             shareable_jobs.append((-v, job.id, key))
@@ -261,7 +269,7 @@ def build_problem(
             if not usable:
                 continue
             placed = True
-            key = (k, size, usable, guaranteed, job.id, pclass)
+            key = (k, size, usable, guaranteed, job.id, pclass, groups.get(job.id, "") if groups else "")
             members[key] = [(-elastic.start_value(job, size, v, rate), job.submit_s, job.id)]
             group_of[key] = job.id
             static_of[key] = elastic.static_value(job, size, sv)
@@ -323,18 +331,18 @@ def build_problem(
             pair_rows[jid] = found[:MAX_HOSTS_PER_GUEST]
             # a job with pairs of its own is a class of its own
             members[key] = [m for m in members[key] if m[2] != jid]
-            members[(key[0], key[1], key[2], key[3], jid, key[5])] = [(negv, gjob.submit_s, jid)]
+            members[(key[0], key[1], key[2], key[3], jid, key[5], key[6])] = [(negv, gjob.submit_s, jid)]
 
     # classes ----------------------------------------------------------------------------
     reclaim_bonus = 2.0 * max_cost + 1.0
     classes: list[PendingClass] = []
     guests: list[GuestCandidate] = []
     spread = max_speed - min_speed
-    for key in sorted(members, key=lambda x: (x[0], x[1], x[2], x[3], x[5], x[4])):
+    for key in sorted(members, key=lambda x: (x[0], x[1], x[2], x[3], x[5], x[6], x[4])):
         mem = sorted(members[key])
         if not mem:
             continue
-        k, gpus, allowed, guaranteed, single, _ = key
+        k, gpus, allowed, guaranteed, single, _, _ = key
         group = group_of.get(key, "")
         own_types = tuple(t for t in allowed if held_own[k][t] + gpus <= quota[k][t])
         reclaim = guaranteed and signal[ten_ids[k]].reclaim and bool(own_types)

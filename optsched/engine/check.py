@@ -28,8 +28,11 @@
                         ``queue``
  6  workflow-plan       workflow plan rules                                ``check_workflow_plan``
  8  work-conservation   no pending job stays queued while free GPUs of an  ``check_work_conservation``
-                        allowed type and its tenant's idle quota could
-                        hold it
+                        allowed type and its tenant's idle quota could     ``check_reservations``
+                        hold it, unless they are held for a reservation
+                        that starts before it would end; reservations
+                        are well formed and no start that outlives one
+                        uses its held GPUs
 ==  ==================  =================================================  =============================
 
 Invariant 7 (bad input is rejected) is checked when the snapshot is read
@@ -43,6 +46,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from optsched.engine.lookahead import remaining_s
 from optsched.engine.quota_tree import group_flows
 from optsched.engine.state import ClusterState, GpuKey
 from optsched.engine.violations import INVARIANT_NAMES, Violation
@@ -58,6 +62,7 @@ __all__ = [
     "check_gpu_sharing",
     "check_placement",
     "check_preemption",
+    "check_reservations",
     "check_resize",
     "check_start_or_queue",
     "check_work_conservation",
@@ -835,6 +840,112 @@ def check_start_or_queue(state: ClusterState, decision: Decision) -> list[Violat
     for jid in decision.queue_reasons:
         if jid not in queued:
             out.append(Violation(5, f"queue reason given for '{jid}', which is not queued", (jid,)))
+    for jid, at in decision.expected_start_s.items():
+        if jid not in queued:
+            out.append(Violation(5, f"expected start given for '{jid}', which is not queued", (jid,)))
+        elif at < decision.now:
+            out.append(
+                Violation(5, f"expected start of '{jid}' ({at:g}) is before now ({decision.now:g})", (jid,))
+            )
+    return out
+
+
+def _free_after(state: ClusterState, after: _After) -> dict[str, int]:
+    """Free GPUs per type after the decision: capacity on available nodes (workflow pool
+    excluded) minus the GPUs held by kept running and started jobs."""
+    cap = state.capacity()
+    held: dict[str, int] = defaultdict(int)
+    nodes = state.snapshot.nodes
+    pool = state.pool_gpus
+    for key in after.holders:
+        i = state.node_index.get(key[0])
+        if i is None or not nodes[i].available or key in pool:
+            continue
+        held[nodes[i].gpu_type] += 1
+    return {t: cap[t] - held[t] for t in state.type_names}
+
+
+def _predicted_end(state: ClusterState, decision: Decision, jid: str, started: bool) -> float | None:
+    """``now`` plus the job's predicted remaining runtime (:func:`remaining_s`) from the
+    decision's own ``predictions``; None when it has none for the job."""
+    pred = (decision.predictions or {}).get(jid)
+    if pred is None:
+        return None
+    job = state.job(jid)
+    now = state.snapshot.now
+    return now + remaining_s(pred.runtime_s, now, None if started else job.start_s)
+
+
+def check_reservations(state: ClusterState, decision: Decision, after: _After) -> list[Violation]:
+    """Invariant 8, the reservation part: each reservation is well formed and keeps its GPUs.
+
+    A reservation names a queued job once, one of its allowed types with capacity for it, its
+    gang size, a start after ``now``, and ``held`` at most its gang minus the GPUs of the kept
+    running jobs of the type predicted (``decision.predictions``, :func:`remaining_s`) to end by
+    its start. Per type, the free GPUs after the decision plus the GPUs of jobs started now that
+    are predicted to end by the reservation's start are at least the GPUs held: no start that
+    outlives a reservation uses its held GPUs.
+    """
+    out: list[Violation] = []
+    if not decision.reservations:
+        return out
+    queued = set(decision.queue)
+    cap = state.capacity()
+    free = _free_after(state, after)
+    now = state.snapshot.now
+    seen: set[str] = set()
+    for k, r in enumerate(decision.reservations):
+        where = f"reservations[{k}] ({r.job})"
+        if r.job in seen:
+            out.append(Violation(8, f"{where}: a second reservation for the job", (r.job,)))
+            continue
+        seen.add(r.job)
+        if r.job not in queued or r.job not in state.job_index:
+            out.append(Violation(8, f"{where}: the job is not queued", (r.job,)))
+            continue
+        job = state.job(r.job)
+        if r.gpu_type not in state.allowed_types(job) or cap.get(r.gpu_type, 0) < job.gpus:
+            out.append(Violation(8, f"{where}: type '{r.gpu_type}' cannot hold the job", (r.job,)))
+            continue
+        if r.gpus != job.gpus:
+            out.append(Violation(8, f"{where}: {r.gpus} GPUs, but the job's gang is {job.gpus}", (r.job,)))
+        if r.start_s <= now:
+            out.append(Violation(8, f"{where}: start {r.start_s:g} is not after now ({now:g})", (r.job,)))
+        released = 0
+        for jid, t in after.types.items():
+            if t != r.gpu_type or jid in after.guests or jid in after.started:
+                continue
+            end = _predicted_end(state, decision, jid, False)
+            if end is not None and end <= r.start_s:
+                released += state.job(jid).gpus
+        most = max(0, job.gpus - released)
+        if r.held > most:
+            out.append(
+                Violation(
+                    8,
+                    f"{where}: holds {r.held} '{r.gpu_type}' GPUs, but its gang of {job.gpus} needs at most "
+                    f"{most} beyond the {released} GPUs of running jobs predicted to end by {r.start_s:g}",
+                    (r.job,),
+                )
+            )
+            continue
+        # the held GPUs are free, or used by starts that end before the reservation
+        short = 0
+        for jid, s_job in after.started.items():
+            if after.types.get(jid) != r.gpu_type or jid in after.guests:
+                continue
+            end = _predicted_end(state, decision, jid, True)
+            if end is not None and end <= r.start_s:
+                short += s_job.gpus
+        if free[r.gpu_type] + short < r.held:
+            out.append(
+                Violation(
+                    8,
+                    f"{where}: {r.held} '{r.gpu_type}' GPUs are held for it, but only {free[r.gpu_type]} "
+                    f"stay free and starts predicted to end by {r.start_s:g} use {short}",
+                    (r.job,),
+                )
+            )
     return out
 
 
@@ -850,7 +961,12 @@ def check_work_conservation(
     * free GPUs of ``t`` (capacity minus the GPUs held by kept running jobs and started jobs)
       are at least its gang, and
     * its tenant's idle quota on ``t`` (quota minus the tenant's use after the decision, MPS
-      guests excluded, minus what it lends of ``t`` in ``decision.loans``) is at least its gang.
+      guests excluded, minus what it lends of ``t`` in ``decision.loans``) is at least its gang,
+
+    unless the free GPUs less those ``held`` by the decision's reservations on ``t`` of other
+    jobs that start before it would end (``now`` + its predicted runtime, from
+    ``decision.predictions``; a job without a prediction gets no such exemption) are fewer than
+    its gang: starting it would use GPUs reserved for a gang planned to start earlier.
 
     Linear in jobs + GPUs + tenants x types: per-type and per-(tenant, type) sums are computed
     once, then each pending job looks at its allowed types only.
@@ -858,15 +974,10 @@ def check_work_conservation(
     if after is None:
         after = _after(state, decision)
     cap = state.capacity()  # available nodes only, workflow pool excluded
-    held: dict[str, int] = defaultdict(int)
-    nodes = state.snapshot.nodes
-    pool = state.pool_gpus
-    for key in after.holders:
-        i = state.node_index.get(key[0])
-        if i is None or not nodes[i].available or key in pool:
-            continue
-        held[nodes[i].gpu_type] += 1
-    free = {t: cap[t] - held[t] for t in state.type_names}
+    free = _free_after(state, after)
+    holds: dict[str, list[tuple[str, float, int]]] = defaultdict(list)
+    for r in decision.reservations:
+        holds[r.gpu_type].append((r.job, r.start_s, r.held))
     use = after.use
     _, lent_out = _loan_totals(state, decision)
     reasons = decision.queue_reasons
@@ -881,6 +992,12 @@ def check_work_conservation(
             idle = state.quota(job.tenant, t) - use.get((job.tenant, t), 0) - lent_out.get((job.tenant, t), 0)
             if idle < g:
                 continue
+            if holds.get(t):
+                end = _predicted_end(state, decision, job.id, True)
+                if end is not None:
+                    held = sum(h for jid, at, h in holds[t] if jid != job.id and at < end)
+                    if free[t] - held < g:
+                        continue  # the GPUs are reserved for a gang that starts before it ends
             why = f" (queue reason: {reasons[job.id].value})" if job.id in reasons else ""
             out.append(
                 Violation(
@@ -916,4 +1033,5 @@ def check_decision(
         out += check_workflow_plan(state, decision.workflow_plan)
     if work_conserving:
         out += check_work_conservation(state, decision, after)
+    out += check_reservations(state, decision, after)
     return out

@@ -998,6 +998,14 @@ def describe_job(state: ClusterState, decision: Decision, job_id: str) -> list[s
         lines.append(f"lender taking its quota back: {e.lender}")
     if e.host is not None:
         lines.append(f"MPS host: {e.host}")
+    if e.reserved_for is not None:
+        lines.append(f"waits for the reservation of: {e.reserved_for}")
+    if stopped is None:
+        at = decision.expected_start_s.get(job_id)
+        if at is not None:
+            lines.append(f"expected start: {at:g} (in {at - decision.now:g} s, look-ahead plan)")
+        elif decision.expected_start_s or decision.reservations:
+            lines.append("expected start: beyond the look-ahead plan's horizon")
     return lines
 
 

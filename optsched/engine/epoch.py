@@ -42,6 +42,7 @@ from optsched.schema.decision import Decision, SolverInfo, WorkflowPlan
 from optsched.schema.snapshot import Snapshot
 
 if TYPE_CHECKING:
+    from optsched.engine.lookahead import LookaheadParams, Reservations
     from optsched.engine.problem import Assignment, EpochProblem
     from optsched.predict.base import Predictions, Predictor
 
@@ -132,6 +133,8 @@ class _Epoch:
     signal: dict[str, asr.TenantAssurance]
     notes: list[str]
     stage: dict[str, float]
+    lookahead: LookaheadParams
+    reservations: Reservations
 
 
 def solve_epoch(
@@ -211,6 +214,7 @@ def _solve_epoch(
 
 def _prepare(state: ClusterState, params: SolveParams, pred: Predictor, stage: dict[str, float]) -> _Epoch:
     from optsched.engine.candidates import build_problem
+    from optsched.engine.lookahead import LookaheadParams, plan_reservations
 
     notes: list[str] = []
     with warnings.catch_warnings(record=True) as caught:
@@ -219,14 +223,18 @@ def _prepare(state: ClusterState, params: SolveParams, pred: Predictor, stage: d
         predictions = pred.predict_jobs(state)
         stage["predict"] = time.monotonic() - t
         t = time.monotonic()
+        lp = LookaheadParams.of(state.snapshot)
+        res = plan_reservations(state, predictions, lp)
+        stage["reserve"] = time.monotonic() - t
+        t = time.monotonic()
         signal = asr.compute(state)
-        problem = build_problem(state, predictions, pred, signal, params.objective)
+        problem = build_problem(state, predictions, pred, signal, params.objective, groups=res.groups)
         stage["candidates"] = time.monotonic() - t
     for w in caught:
         notes.append(f"{type(w.message).__name__}: {w.message}")
         warnings.warn(w.message, w.category, stacklevel=3)
     notes.extend(problem.notes)
-    return _Epoch(state, problem, predictions, signal, notes, stage)
+    return _Epoch(state, problem, predictions, signal, notes, stage, lp, res)
 
 
 def _cluster_decision(
@@ -241,8 +249,13 @@ def _cluster_decision(
     from optsched.engine.backends import get_backend
     from optsched.engine.backends.greedy import fill, greedy_assignment, repaired
     from optsched.engine.check import check_decision
+    from optsched.engine.lookahead import annotate, backfill, limited
 
-    problem, stage = ep.problem, ep.stage
+    # the model is solved on the capacity less the GPUs held for reservations; the backfill pass
+    # after it may use those for jobs predicted to end before the reserved gang starts
+    full, stage = ep.problem, ep.stage
+    problem = limited(full, ep.reservations)
+    held = sum(h.held for h in ep.reservations.holds)
     t = time.monotonic()
     # never cut by the clock: the greedy plan is cheap (linear in classes) and a cut one would
     # make the answer depend on the machine's load
@@ -309,12 +322,19 @@ def _cluster_decision(
         t = time.monotonic()
         # never cut by the deadline: a cut fill would leave startable work queued (invariant 8)
         added = fill(problem, a) if do_fill else 0
+        if do_fill and held:
+            added += backfill(full, a, ep.reservations)
         stage["fill"] = stage.get("fill", 0.0) + time.monotonic() - t
         if added:
             notes.append(f"fill pass started {added} queued job(s) that still fit")
+        if held:
+            notes.append(
+                f"{held} GPU(s) held for reservations: the plan is for the capacity without them, "
+                "then backfilled"
+            )
         obj = a.objective(problem)
         if res is not None:
-            proven = res.status == SolveStatus.OPTIMAL and problem.complete and added == 0
+            proven = res.status == SolveStatus.OPTIMAL and problem.complete and added == 0 and held == 0
             wall = "wall-clock limit hit" in res.detail
             status = "optimal" if proven and not wall else "feasible"
             if wall:
@@ -335,6 +355,12 @@ def _cluster_decision(
             notes=notes,
         )
         d = to_decision(ep.state, problem, a, ep.predictions, ep.signal, info, status)
+        t = time.monotonic()
+        annotate(
+            ep.state, d, ep.predictions, problem.density, ep.lookahead, ep.reservations,
+            seed=params.seed, time_limit_s=params.time_limit_s,
+        )
+        stage["lookahead"] = stage.get("lookahead", 0.0) + time.monotonic() - t
         bad = check_decision(ep.state, d)
         if bad:
             msg = "; ".join(str(v) for v in bad[:5])

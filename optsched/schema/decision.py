@@ -58,6 +58,8 @@ class QueueReason(StrEnum):
     """It could fit alone, but jobs of higher value took the capacity."""
     DEADLINE = "deadline"
     """The time budget ran out before the job was considered (fallback only)."""
+    RESERVED = "reserved"
+    """It would fit, but only on GPUs held for a reserved gang that starts before it would end."""
 
 
 Binding = Literal[
@@ -75,6 +77,7 @@ Binding = Literal[
     "assurance",
     "host_preempted",
     "interference",
+    "reservation",
 ]
 """The constraint an explanation names (see "Explanations" in ``docs/snapshot-format.md``)."""
 
@@ -172,6 +175,35 @@ class Explanation(_Strict):
     )
     host: str | None = Field(
         default=None, description="Preempted MPS guests: the job whose GPUs it shared."
+    )
+    expected_start_s: float | None = Field(
+        default=None,
+        description="Queued jobs: the planned start (absolute seconds, like `now`) of the look-ahead "
+        "plan, as in the decision's `expected_start_s`; null when beyond the plan's horizon (added "
+        "by optsched).",
+    )
+    reserved_for: str | None = Field(
+        default=None,
+        description="Queued jobs with binding `reservation`: the gang whose reservation holds the GPUs "
+        "it would use (added by optsched).",
+    )
+
+
+class Reservation(_Strict):
+    """GPUs held back now so that a queued gang can start at its planned time (EASY backfilling)."""
+
+    job: str = Field(description="The queued gang the GPUs are held for.")
+    gpu_type: str = Field(description="The GPU type it is planned to start on.")
+    gpus: int = Field(ge=1, description="Its gang size.")
+    start_s: float = Field(
+        allow_inf_nan=False,
+        description="Its planned start (absolute seconds): the predicted time when enough running jobs "
+        "of the type have ended.",
+    )
+    held: int = Field(
+        ge=0,
+        description="GPUs free now that are held for it: its gang minus the GPUs of kept running jobs "
+        "predicted to end by `start_s`. Only jobs predicted to end by `start_s` may start on them.",
     )
 
 
@@ -359,4 +391,14 @@ class Decision(_Strict):
     )
     workflow_plan: WorkflowPlan | None = Field(
         default=None, description="The plan for the snapshot's workflow sessions, if it has any."
+    )
+    expected_start_s: dict[str, float] = Field(
+        default_factory=dict,
+        description="Per queued job: its planned start in the look-ahead plan (absolute seconds, like "
+        "`now`); a queued job beyond the plan's horizon is absent (added by optsched).",
+    )
+    reservations: list[Reservation] = Field(
+        default_factory=list,
+        description="Gangs with a reservation: GPUs held back now that only jobs predicted to end "
+        "before the gang's start may use (added by optsched).",
     )

@@ -428,6 +428,21 @@ class Options(_Strict):
         default=None,
         description="Backend-specific native solver parameters, from an allow-list (added by optsched).",
     )
+    lookahead_epochs: int | None = Field(
+        default=None,
+        ge=0,
+        le=48,
+        description="Epochs (of the snapshot's `epoch_s`) the look-ahead plan covers: queued jobs get "
+        "expected start times within it, and the queue follows the plan (added by optsched; default "
+        "6; 0 turns the look-ahead and reservations off).",
+    )
+    reserve_min_gpus: int | None = Field(
+        default=None,
+        ge=1,
+        description="Smallest gang that may get a reservation: per GPU type, the longest-waiting "
+        "pending gang of at least this many GPUs that cannot start now holds back GPUs for its "
+        "predicted start (added by optsched; default 33).",
+    )
 
 
 class Snapshot(_Strict):

@@ -54,6 +54,7 @@ from optsched.schema.snapshot import (
     TenantQos,
 )
 from optsched.sim.engine import EventQueue, Kind
+from optsched.sim.expected import ExpectedStarts
 from optsched.sim.profiles import Interference, ProfileKey
 from optsched.sim.synthetic import synthetic_interference
 
@@ -186,7 +187,9 @@ class EventLog:
     * ``decisions``: ``t, seconds`` (policy), ``snapshot_s, state_s, check_s`` (building the
       snapshot, ``ClusterState.from_snapshot``, ``check_decision``), ``pending, running,
       started, preempted, loaned_gpus, on_loan_started, status``;
-    * ``assurance``: ``t, tenant, value``.
+    * ``assurance``: ``t, tenant, value``;
+    * ``expected``: ``t, job, expected_s, actual_s`` — the expected start a decision at ``t``
+      announced for a queued job and its actual next start (:mod:`optsched.sim.expected`).
     """
 
     trace: str
@@ -204,6 +207,9 @@ class EventLog:
     resizes: dict[str, list[Any]] = field(
         default_factory=lambda: _cols("t", "job", "reason", "from_gpus", "to_gpus", "lost_s")
     )
+    expected: dict[str, list[Any]] = field(default_factory=dict)
+    epoch_s: float = 300.0
+    """The decision epoch of the run (what "within one epoch" means for expected starts)."""
     sim_seconds: float = 0.0
     """Wall-clock seconds of the run."""
     cpu_seconds: float = 0.0
@@ -312,7 +318,9 @@ class Simulator:
             assurance=_cols("t", "tenant", "value"),
             notes=list(trace.notes),
             interference=self.truth.interference.source,
+            epoch_s=self.cfg.epoch_s,
         )
+        self.expected = ExpectedStarts({j.id: j.i for j in self.jobs})
         caps = trace.capacity()
         self._unplaceable: set[int] = set()
         for sj in self.jobs:
@@ -598,6 +606,7 @@ class Simulator:
                 )
         t2 = time.perf_counter()
         self._apply(decision)
+        self.expected.record(self.now, decision)
         d = self.log.decisions
         d["t"].append(self.now)
         d["seconds"].append(seconds)
@@ -667,6 +676,7 @@ class Simulator:
             sj.work_run_start = sj.work_left
             if sj.first_start is None:
                 sj.first_start = self.now
+            self.expected.started(sj.i, self.now)
             sj.on_loan = bool(s.on_loan)
             self.running[sj.i] = sj
             if s.colocated_with:
@@ -746,3 +756,4 @@ class Simulator:
             cols["lost_gpu_s"].append(sj.lost_gpu_s)
             cols["lost_work_gpu_s"].append(sj.lost_work_gpu_s)
         self.log.jobs = cols
+        self.log.expected = self.expected.cols

@@ -38,6 +38,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from optsched.sim.expected import accuracy
+
 if TYPE_CHECKING:
     from optsched.sim.cluster import EventLog
 
@@ -174,6 +176,7 @@ def summarize(log: EventLog, window: tuple[float, float] | None = None) -> dict[
                          if span > 0 and log.capacity > 0 else math.nan),
         "gpus": float(log.capacity),
         "window_s": float(span),
+        **accuracy(log),
     }
 
 

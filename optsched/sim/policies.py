@@ -564,8 +564,13 @@ class OptschedPolicy:
 
     def __init__(self, *, backend: str = "auto", time_limit_s: float = 0.2, seed: int = 0,
                  predictor: str = "trained", truth: GroundTruth | None = None,
-                 num_workers: int = 1) -> None:
+                 num_workers: int = 1, lookahead_epochs: int | None = None,
+                 reserve_min_gpus: int | None = None) -> None:
         from optsched.engine.backends.base import SolveParams
+
+        # the look-ahead's options travel in the snapshot (None: the engine's defaults)
+        self.lookahead = {k: v for k, v in (("lookahead_epochs", lookahead_epochs),
+                                            ("reserve_min_gpus", reserve_min_gpus)) if v is not None}
 
         self.params = SolveParams(backend=backend, time_limit_s=time_limit_s, seed=seed,
                                   num_workers=num_workers)
@@ -589,6 +594,11 @@ class OptschedPolicy:
         params = self.params
         if params.backend == "auto":
             params = params.with_(backend=DEFAULT_BACKEND)
+        if self.lookahead:
+            from optsched.schema.snapshot import Options
+
+            snap = state.snapshot
+            snap.options = (snap.options or Options()).model_copy(update=self.lookahead)
         # the state is already validated: solve_epoch accepts it as is
         return solve_epoch(state, params=params, predictor=self.predictor)
 

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Any
 
+from optsched.sim.expected import column_lines, report_lines
+
 REFERENCE = "optsched"
 """The policy the headline compares with the others (when it ran)."""
 
@@ -426,8 +428,21 @@ def _settings(summary: dict[str, Any]) -> list[str]:
             f"- **{REFERENCE}** ({src}): backend {_backend_text(str(opts.get('backend')))}; "
             f"time limit {_num(opts.get('time_limit_s')):g} s per decision; predictor "
             f"`{opts.get('predictor')}`; {fmt(_mean(ref, 'decisions'), 'count')} decisions per "
-            f"replay, {fmt(_mean(ref, 'fallback_decisions'), 'count')} of them `fallback`.")
+            f"replay, {fmt(_mean(ref, 'fallback_decisions'), 'count')} of them `fallback`"
+            + _lookahead_text(opts) + ".")
     return [*lines, ""]
+
+
+def _lookahead_text(opts: dict[str, Any]) -> str:
+    from optsched.engine.lookahead import DEFAULT_LOOKAHEAD_EPOCHS, DEFAULT_RESERVE_MIN_GPUS
+
+    epochs = opts.get("lookahead_epochs")
+    epochs = DEFAULT_LOOKAHEAD_EPOCHS if epochs is None else int(epochs)
+    if epochs == 0:
+        return "; look-ahead off (no expected starts, no reservations)"
+    gpus = opts.get("reserve_min_gpus")
+    gpus = DEFAULT_RESERVE_MIN_GPUS if gpus is None else int(gpus)
+    return f"; look-ahead {epochs} epochs, reservations for gangs of {gpus}+ GPUs"
 
 
 def _columns() -> list[str]:
@@ -453,8 +468,12 @@ def render_report(summary: dict[str, Any]) -> str:
     lines += _headline(summary)
     lines += _totals(summary)
     lines += _tenants(summary)
+    lines += report_lines(summary)
     lines += _settings(summary)
-    lines += _columns()
+    cols = _columns()
+    if any(x.startswith("## Expected starts") for x in lines):
+        cols = [*cols[:-1], *column_lines(), ""]
+    lines += cols
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -25,7 +25,7 @@ from optsched.sim.metrics import SUMMARY_KEYS, aggregate, per_tenant, summarize
 from optsched.sim.policies import make_policy
 from optsched.sim.trace import DEFAULT_QOS_DELAY_S, GuaranteeRule, Trace, load_trace
 
-TABLES = ("jobs", "segments", "preemptions", "decisions", "assurance")
+TABLES = ("jobs", "segments", "preemptions", "decisions", "assurance", "expected")
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,8 @@ def load_log(folder: str | Path) -> EventLog:
     meta.setdefault("cpu_seconds", 0.0)
     log = EventLog(**meta)
     for name in TABLES:
-        setattr(log, name, _read_table(src / f"{name}.csv.gz"))
+        if (src / f"{name}.csv.gz").exists():  # older logs have no ``expected`` table
+            setattr(log, name, _read_table(src / f"{name}.csv.gz"))
     return log
 
 

@@ -177,7 +177,9 @@ def test_every_column_of_every_table_is_defined(run: tuple[dict[str, Any], str, 
         if a.startswith("| ") and b.startswith("|---"):
             tables += 1
             headers.update(c.strip() for c in a.strip().strip("|").split("|"))
-    assert tables == 1 + len(summary["policies"])  # totals + one per-tenant table per policy
+    # totals + one per-tenant table per policy + the expected starts optsched announces
+    assert "## Expected starts\n" in md
+    assert tables == 2 + len(summary["policies"])
     defined = set(re.findall(r"^- \*\*(.+?)\*\*: \S", _section(md, "Columns"), re.M))
     assert headers <= defined, headers - defined
     cols = _section(md, "Columns")

@@ -1,0 +1,496 @@
+"""Queue order as a decision: the look-ahead plan, gang reservations and expected starts.
+
+Two steps around the epoch's solve (see ``docs/snapshot-format.md``, *Look-ahead*):
+
+**Before the solve** (:func:`plan_reservations`). From the predicted remaining runtimes of the
+running jobs (``remaining = max(MIN_REMAINING_S, runtime_s - (now - start_s))``), per GPU type,
+the longest-waiting pending gang of at least ``reserve_min_gpus`` GPUs that cannot start now gets
+a *reservation* (one per type, EASY backfilling): its start ``T`` is the predicted end of the
+running job that brings the type's free GPUs to its gang, and ``held = gang - (GPUs of running
+jobs predicted to end by T)`` of today's free GPUs are held for it. The epoch's model is solved
+on the capacity less the held GPUs (:func:`limited`); a second fill pass (:func:`backfill`) then
+lets jobs predicted to end by ``T`` (and the gang itself) use the held GPUs. Pending jobs are
+split into classes by whether they may backfill (``groups``), so the solver and the fill pass
+see them apart.
+
+**After the solve** (:func:`annotate`). The queued jobs are placed in time slots ``now + k *
+epoch_s`` (``k = 1 .. lookahead_epochs``) on a per-type capacity profile: running and started
+jobs leave at their predicted ends, reserved gangs take their GPUs at ``T``. The placement
+maximises ``sum value_j * (L + 1 - k_j)`` (earlier is better, more valuable first): a greedy list
+schedule in value order (earliest slot that holds the gang for its predicted runtime), improved
+by a small CP-SAT model over the same slots with the greedy plan as hint (deterministic work
+limit, one worker, fixed seed; the greedy plan stays when CP-SAT finds nothing better). The
+decision's ``queue`` is the planned order (by planned start, then value), ``expected_start_s``
+holds each planned start (a reserved gang's is ``T``), and jobs that would fit only on GPUs held
+for a gang that starts before they would end are queued with reason ``reserved``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from optsched.schema.decision import QueueReason, Reservation
+
+if TYPE_CHECKING:
+    from optsched.engine.problem import Assignment, EpochProblem
+    from optsched.engine.state import ClusterState
+    from optsched.predict.base import Predictions
+    from optsched.schema.decision import Decision
+    from optsched.schema.snapshot import Snapshot
+
+_LIFTABLE = ("capacity", "priority", "not_chosen")
+"""Bindings a reservation can be the cause of (the job fits the free GPUs and its quota)."""
+MIN_REMAINING_S = 60.0
+"""Floor of a job's predicted remaining runtime: a job past its prediction is expected to end
+soon, not to have ended."""
+DEFAULT_LOOKAHEAD_EPOCHS = 6
+DEFAULT_RESERVE_MIN_GPUS = 33
+PLAN_WORK_SHARE = 0.05
+"""Share of the decision's time limit given to the CP-SAT slot model as deterministic work."""
+MAX_PLAN_TERMS = 20000
+"""Slot models with more (job, type, slot, instant) capacity terms keep the greedy plan (the
+model's size, never the clock, decides)."""
+VALUE_SCALE = 1000
+"""Integer scale of the job values in the CP-SAT slot model."""
+
+
+def remaining_s(runtime_s: float, now: float, start_s: float | None) -> float:
+    """Predicted seconds until a job ends: its predicted runtime less the time it has run,
+    at least :data:`MIN_REMAINING_S` (a pending job's is its predicted runtime)."""
+    elapsed = 0.0 if start_s is None else max(0.0, now - start_s)
+    return max(MIN_REMAINING_S, runtime_s - elapsed)
+
+
+@dataclass(frozen=True)
+class LookaheadParams:
+    """The look-ahead's knobs, read from the snapshot."""
+
+    epoch_s: float
+    epochs: int
+    reserve_min_gpus: int
+
+    @classmethod
+    def of(cls, snapshot: Snapshot) -> LookaheadParams:
+        opts = snapshot.options
+        epochs = DEFAULT_LOOKAHEAD_EPOCHS
+        min_gpus = DEFAULT_RESERVE_MIN_GPUS
+        if opts is not None:
+            if opts.lookahead_epochs is not None:
+                epochs = opts.lookahead_epochs
+            if opts.reserve_min_gpus is not None:
+                min_gpus = opts.reserve_min_gpus
+        return cls(epoch_s=snapshot.epoch_s, epochs=epochs, reserve_min_gpus=min_gpus)
+
+    @property
+    def enabled(self) -> bool:
+        return self.epochs > 0
+
+
+@dataclass(frozen=True)
+class Reservations:
+    """The reservations of one epoch, made before the solve."""
+
+    holds: tuple[Reservation, ...] = ()
+    groups: dict[str, str] = field(default_factory=dict)
+    """Pending job id -> the reserved types (comma-separated) whose held GPUs it may use: it is
+    predicted to end by that reservation's start, or it is the reserved gang."""
+
+    def held(self, types: tuple[str, ...]) -> tuple[int, ...]:
+        """GPUs held per type (in ``types`` order)."""
+        by: dict[str, int] = defaultdict(int)
+        for h in self.holds:
+            by[h.gpu_type] += h.held
+        return tuple(by[t] for t in types)
+
+
+def _kept_profile(
+    state: ClusterState, predictions: Predictions
+) -> tuple[dict[str, int], dict[str, list[tuple[float, int]]]]:
+    """Free GPUs per type now (running jobs that must stop on unavailable nodes excluded) and
+    the predicted (end, GPUs) of every running job holding GPUs, per type, by end."""
+    snap = state.snapshot
+    now = snap.now
+    cap = state.capacity()
+    down = {n.id for n in snap.nodes if not n.available}
+    used: dict[str, int] = defaultdict(int)
+    ends: dict[str, list[tuple[float, int]]] = defaultdict(list)
+    for job in state.running():
+        if job.id in state.host_of:
+            continue  # an MPS guest holds no GPUs of its own
+        assert job.allocation is not None
+        if down and any(r.node in down for r in job.allocation):
+            continue  # stops now: its GPUs on available nodes are free
+        t = state.job_type(job)
+        used[t] += job.gpus
+        end = now + remaining_s(predictions.jobs[job.id].runtime_s, now, job.start_s)
+        ends[t].append((end, job.gpus))
+    for lst in ends.values():
+        lst.sort()
+    return {t: cap[t] - used[t] for t in cap}, ends
+
+
+def plan_reservations(state: ClusterState, predictions: Predictions, lp: LookaheadParams) -> Reservations:
+    """Reservations for the longest-waiting large gangs that cannot start now (one per type)."""
+    if not lp.enabled:
+        return Reservations()
+    now = state.snapshot.now
+    cap = state.capacity()
+    free, ends = _kept_profile(state, predictions)
+    big = sorted(
+        (j for j in state.pending() if j.gpus >= lp.reserve_min_gpus),
+        key=lambda j: (j.submit_s, -j.gpus, j.id),
+    )
+    holds: list[Reservation] = []
+    taken: set[str] = set()
+    for job in big:
+        types = [t for t in state.allowed_types(job) if cap.get(t, 0) >= job.gpus]
+        if not types or any(free[t] >= job.gpus for t in types):
+            continue  # it may start now (or never)
+        best: tuple[float, int, str, int] | None = None
+        for k, t in enumerate(types):
+            if t in taken:
+                continue
+            got = free[t]
+            start: float | None = None
+            for end, g in ends[t]:
+                got += g
+                if got >= job.gpus:
+                    start = end
+                    break
+            if start is None:
+                continue
+            released = sum(g for end, g in ends[t] if end <= start)
+            held = max(0, min(free[t], job.gpus - released))
+            if best is None or (start, k) < best[:2]:
+                best = (start, k, t, held)
+        if best is not None:
+            start, _, t, held = best
+            holds.append(Reservation(job=job.id, gpu_type=t, gpus=job.gpus, start_s=start, held=held))
+            taken.add(t)
+    groups: dict[str, str] = {}
+    if holds:
+        by_type = {h.gpu_type: h for h in holds}
+        for job in state.pending():
+            labels = []
+            for t in state.allowed_types(job):
+                h = by_type.get(t)
+                if h is None:
+                    continue
+                end = now + remaining_s(predictions.jobs[job.id].runtime_s, now, None)
+                if h.job == job.id or end <= h.start_s:
+                    labels.append(t)
+            if labels:
+                groups[job.id] = ",".join(sorted(labels))
+    return Reservations(tuple(holds), groups)
+
+
+def limited(problem: EpochProblem, res: Reservations) -> EpochProblem:
+    """The epoch's problem on the capacity less the GPUs held for reservations."""
+    held = res.held(problem.types)
+    if not any(held):
+        return problem
+    cap = tuple(c - h for c, h in zip(problem.capacity, held, strict=True))
+    return dataclasses.replace(problem, capacity=cap)
+
+
+def backfill(problem: EpochProblem, a: Assignment, res: Reservations) -> int:
+    """Start, on top of ``a`` (solved on :func:`limited`), the queued jobs that fit on the held
+    GPUs and may use them (predicted to end by the reservation's start, or the gang itself);
+    other jobs keep off the reserved types. Returns how many jobs it started."""
+    from optsched.engine.backends.greedy import fill
+
+    reserved = {problem.types.index(h.gpu_type) for h in res.holds if h.held > 0}
+    if not reserved:
+        return 0
+    classes = []
+    for cls in problem.pending:
+        may = set(res.groups.get(cls.jobs[0], "").split(","))
+        keep = [k for k, t in enumerate(cls.types) if t not in reserved or problem.types[t] in may]
+        if len(keep) == len(cls.types):
+            classes.append(cls)
+            continue
+        kept_types = tuple(cls.types[k] for k in keep)
+        classes.append(
+            dataclasses.replace(
+                cls,
+                types=kept_types,
+                own_types=tuple(t for t in cls.own_types if t in kept_types),
+                type_bonus=tuple(cls.type_bonus[k] for k in keep),
+            )
+        )
+    return fill(dataclasses.replace(problem, pending=tuple(classes)), a)
+
+
+# the plan after the solve ----------------------------------------------------------------------
+
+
+@dataclass
+class _Item:
+    job: str
+    gpus: int
+    types: list[int]
+    spans: list[tuple[int, int, int]]
+    """Per start slot k (1-based): (k, first, last) instants of the profile it occupies."""
+    value: int
+
+
+def _fits(row: list[int], first: int, last: int, g: int) -> bool:
+    return all(row[x] >= g for x in range(first, last + 1))
+
+
+def _greedy_plan(items: list[_Item], free: list[list[int]]) -> list[tuple[int, int] | None]:
+    """Each item, in order, at its earliest slot and type whose instants hold it."""
+    out: list[tuple[int, int] | None] = []
+    for it in items:
+        got = None
+        for k, first, last in it.spans:
+            t = next((t for t in it.types if _fits(free[t], first, last, it.gpus)), None)
+            if t is not None:
+                got = (k, t)
+                for x in range(first, last + 1):
+                    free[t][x] -= it.gpus
+                break
+        out.append(got)
+    return out
+
+
+def _score(items: list[_Item], plan: list[tuple[int, int] | None], slots: int) -> int:
+    return sum(it.value * (slots + 1 - p[0]) for it, p in zip(items, plan, strict=True) if p is not None)
+
+
+def _cpsat_plan(
+    items: list[_Item],
+    free: list[list[int]],
+    slots: int,
+    hint: list[tuple[int, int] | None],
+    seed: int,
+    work_s: float,
+) -> list[tuple[int, int] | None] | None:
+    """The slot model: at most one (slot, type) per item, per-type capacity at every instant of
+    the profile; maximise value x earliness. None when it finds nothing better than the hint."""
+    # the (slot, type) choices that fit alone, counted before any model is built
+    cands: list[list[tuple[int, int, int, int]]] = []
+    terms = 0
+    for it in items:
+        got = [
+            (k, t, first, last)
+            for k, first, last in it.spans
+            for t in it.types
+            if _fits(free[t], first, last, it.gpus)
+        ]
+        terms += sum(last - first + 1 for _, _, first, last in got)
+        if terms > MAX_PLAN_TERMS:
+            return None
+        cands.append(got)
+    from ortools.sat.python import cp_model
+
+    m = cp_model.CpModel()
+    xs: list[list[tuple[int, int, cp_model.IntVar]]] = []
+    use: dict[tuple[int, int], list[tuple[int, cp_model.IntVar]]] = defaultdict(list)
+    for i, (it, got) in enumerate(zip(items, cands, strict=True)):
+        row = []
+        for k, t, first, last in got:
+            v = m.new_bool_var(f"x{i}_{k}_{t}")
+            row.append((k, t, v))
+            for x in range(first, last + 1):
+                use[(t, x)].append((it.gpus, v))
+            m.add_hint(v, hint[i] == (k, t))
+        if row:
+            m.add_at_most_one(v for _, _, v in row)
+        xs.append(row)
+    for (t, x), on in sorted(use.items()):
+        if sum(g for g, _ in on) > free[t][x]:
+            m.add(sum(g * v for g, v in on) <= free[t][x])
+    m.maximize(
+        sum(it.value * (slots + 1 - k) * v for it, row in zip(items, xs, strict=True) for k, _, v in row)
+    )
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    solver.parameters.random_seed = seed
+    solver.parameters.max_deterministic_time = work_s
+    wall = solver.parameters.max_time_in_seconds = max(1.0, 20 * work_s)
+    status = solver.solve(m)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE) or solver.wall_time >= wall:
+        return None  # a plan cut by the wall clock (a safety net only) would depend on the load
+    if solver.objective_value <= _score(items, hint, slots) + 0.5:
+        return None
+    return [next(((k, t) for k, t, v in row if solver.boolean_value(v)), None) for row in xs]
+
+
+def annotate(
+    state: ClusterState,
+    decision: Decision,
+    predictions: Predictions,
+    density: dict[str, float],
+    lp: LookaheadParams,
+    res: Reservations,
+    *,
+    seed: int = 0,
+    time_limit_s: float = 1.0,
+) -> None:
+    """Plan the queued jobs over the look-ahead horizon and write the plan into ``decision``:
+    ``queue`` in planned order, ``expected_start_s``, ``reservations``, the ``reserved`` queue
+    reasons and each queued job's explanation's expected start."""
+    if not lp.enabled or not decision.queue:
+        return
+    snap = state.snapshot
+    now, epoch, slots = snap.now, lp.epoch_s, lp.epochs
+    types = state.type_names
+    tindex = {t: k for k, t in enumerate(types)}
+    cap = state.capacity()
+    stopped = {p.job for p in decision.preempt}
+    queued = set(decision.queue)
+    holds = [h for h in res.holds if h.job in queued]
+    # who holds GPUs over [start, predicted end): kept running jobs, starts, reserved gangs
+    held_by: list[tuple[str, float, float, int]] = []
+    free_now = {t: cap[t] for t in types}
+    down = {n.id for n in snap.nodes if not n.available}
+    for job in state.running():
+        if job.id in stopped or job.id in state.host_of:
+            continue
+        assert job.allocation is not None
+        if down and any(r.node in down for r in job.allocation):
+            continue
+        t = state.job_type(job)
+        end = now + remaining_s(predictions.jobs[job.id].runtime_s, now, job.start_s)
+        held_by.append((t, now, end, job.gpus))
+        free_now[t] -= job.gpus
+    for s in decision.start:
+        if s.colocated_with:
+            continue
+        t = state.node_type(s.allocation[0].node)
+        end = now + remaining_s(predictions.jobs[s.job].runtime_s, now, None)
+        held_by.append((t, now, end, len(s.allocation)))
+        free_now[t] -= len(s.allocation)
+    expected: dict[str, float] = {}
+    for h in holds:
+        end = h.start_s + remaining_s(predictions.jobs[h.job].runtime_s, now, None)
+        held_by.append((h.gpu_type, h.start_s, end, h.gpus))
+        expected[h.job] = h.start_s
+    # the profile's instants: the slot starts now + k * epoch (k = 0 .. L) and the reserved
+    # gangs' starts; free GPUs per type at each
+    instants = sorted({now + k * epoch for k in range(slots + 1)} | {h.start_s for h in holds})
+    slot_at = [bisect.bisect_left(instants, now + k * epoch) for k in range(slots + 1)]
+    free = [[cap[t]] * len(instants) for t in types]
+    # between the instants: GPUs freed (+) at predicted ends and taken (-) by reserved gangs
+    events: list[list[tuple[float, int]]] = [[] for _ in types]
+    for tname, start, end, g in held_by:
+        ti = tindex[tname]
+        row = free[ti]
+        for x in range(bisect.bisect_left(instants, start), bisect.bisect_left(instants, end)):
+            row[x] -= g
+        events[ti].append((end, g))
+        if start > now:
+            events[ti].append((start, -g))
+    for ev in events:
+        ev.sort()
+    held_jobs = {h.job for h in holds}
+    items: list[_Item] = []
+    vmax = max((density.get(j, 0.0) * state.job(j).gpus for j in decision.queue), default=0.0)
+    for jid in decision.queue:
+        if jid in held_jobs:
+            continue
+        job = state.job(jid)
+        allowed = [tindex[t] for t in state.allowed_types(job) if cap.get(t, 0) >= job.gpus]
+        if not allowed:
+            continue
+        rt = remaining_s(predictions.jobs[jid].runtime_s, now, None)
+        spans = []
+        for k in range(1, slots + 1):
+            first = slot_at[k]
+            last = bisect.bisect_left(instants, now + k * epoch + rt) - 1
+            spans.append((k, first, last))
+        v = density.get(jid, 0.0) * job.gpus
+        value = max(1, round(VALUE_SCALE * v / vmax)) if vmax > 0 else 1
+        items.append(_Item(jid, job.gpus, allowed, spans, value))
+    # where a reserved gang is planned beyond the profile's free GPUs an instant is below zero:
+    # nothing else goes there
+    plan = _greedy_plan(items, [list(row) for row in free])
+    how = "greedy"
+    if items:
+        better = _cpsat_plan(items, free, slots, plan, seed, PLAN_WORK_SHARE * time_limit_s)
+        if better is not None:
+            plan, how = better, "cpsat"
+    # a job planned at slot k may start as soon as GPUs free up after slot k - 1 (a decision
+    # follows a completion): its expected start is the earliest predicted end in between from
+    # which its gang fits until the slot, given the jobs placed before it (plan order)
+    final = [list(row) for row in free]
+    for it, p in zip(items, plan, strict=True):
+        if p is not None:
+            _, first, last = it.spans[p[0] - 1]
+            for x in range(first, last + 1):
+                final[p[1]][x] -= it.gpus
+    placed = sorted(
+        ((p[0], n, it, p[1]) for n, (it, p) in enumerate(zip(items, plan, strict=True)) if p is not None),
+        key=lambda x: (x[0], x[1]),
+    )
+    claims: dict[tuple[int, int], list[tuple[float, int]]] = defaultdict(list)
+    for k, _, it, ti in placed:
+        lo, hi = now + (k - 1) * epoch, now + k * epoch
+        ev = events[ti]
+        inside = ev[bisect.bisect_right(ev, (lo, math.inf)) : bisect.bisect_left(ev, (hi, -math.inf))]
+        base = final[ti][slot_at[k - 1]]
+        # free GPUs just after each event inside (lo, hi), before this job
+        level, levels = base, []
+        for when, g in inside:
+            level += g
+            levels.append((when, level - sum(c for at, c in claims[(ti, k)] if at <= when)))
+        got = hi
+        for j in range(len(levels)):
+            if all(f >= it.gpus for _, f in levels[j:]):
+                got = levels[j][0]
+                break
+        if got < hi:
+            claims[(ti, k)].append((got, it.gpus))
+        expected[it.job] = got
+    order = {jid: k for k, jid in enumerate(decision.queue)}
+    decision.queue = sorted(decision.queue, key=lambda j: (expected.get(j, math.inf), order[j]))
+    decision.expected_start_s = {j: round(expected[j], 3) for j in decision.queue if j in expected}
+    decision.reservations = holds
+    decision.solver.notes.append(
+        f"look-ahead: {len(decision.expected_start_s)} of {len(decision.queue)} queued job(s) planned "
+        f"within {slots} epoch(s) of {epoch:g} s ({how} plan); {len(holds)} reservation(s)"
+    )
+    # the jobs that wait for a reservation: they fit the free GPUs only with the held ones, and
+    # would not end before the reserved gang starts
+    by_type = {h.gpu_type: h for h in holds}
+    exps = decision.explanations
+    for jid in decision.queue:
+        e = exps.get(jid)
+        if e is None:
+            continue
+        update: dict[str, object] = {"expected_start_s": decision.expected_start_s.get(jid)}
+        own = next((h for h in holds if h.job == jid), None)
+        if own is not None:
+            update["text"] = (
+                f"{e.text} It has a reservation: {own.held} free '{own.gpu_type}' GPUs are held for it, "
+                f"and its {own.gpus} GPUs are predicted free at {own.start_s:.0f}."
+            )
+        job = state.job(jid)
+        end = now + remaining_s(predictions.jobs[jid].runtime_s, now, None)
+        for t in state.allowed_types(job):
+            hold = by_type.get(t)
+            if hold is None or hold.job == jid or hold.held <= 0 or e.binding not in _LIFTABLE:
+                continue
+            h = hold
+            f = free_now[t]
+            if f >= job.gpus and f - h.held < job.gpus and end > h.start_s:
+                update.update(
+                    code=QueueReason.RESERVED.value,
+                    binding="reservation",
+                    reserved_for=h.job,
+                    blocked_by=[],
+                    text=(
+                        f"reserved for gang {h.job} at time {h.start_s:.0f}: {f} '{t}' GPUs are free, but "
+                        f"{h.held} are held for its {h.gpus}-GPU start, and this job (predicted "
+                        f"{end - now:.0f} s) would not end before then. " + e.text
+                    ),
+                )
+                decision.queue_reasons[jid] = QueueReason.RESERVED
+                break
+        exps[jid] = e.model_copy(update=update)
