@@ -252,6 +252,8 @@ class DecisionBuilder:
         t = st.node_type(refs[0].node)
         if t not in st.allowed_types(guest) or not st.snapshot.gpu_types[t].mps:
             return False
+        if guest.tenant != host.tenant and st.borrow_limit(guest.tenant, t) == 0:
+            return False  # a tenant that may not borrow shares only its own hosts
         mg, mh = self._memory(guest), self._memory(host)
         if mg is None or mh is None:
             return False
