@@ -285,7 +285,9 @@ class DecisionBuilder:
             return
         guest = self.guest_of_host.pop(job.id, None)
         if guest is not None and guest in self.running:
-            self.preempt(self.running[guest], reason)
+            # a guest runs on no loan: it goes with its host, by priority
+            why = PreemptReason.PRIORITY if reason == PreemptReason.RECLAIM else reason
+            self.preempt(self.running[guest], why)
         t = st.job_type(job)
         key = (job.tenant, t)
         self.use[key] -= job.gpus

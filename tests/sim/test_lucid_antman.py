@@ -152,3 +152,17 @@ def test_antman_never_preempts_guaranteed_work() -> None:
     snap["tenants"][0]["quota"] = {"A100": 0}
     _, d = decide(AntManPolicy(), snap)
     assert d.preempt == [] and d.start == []
+
+
+def test_antman_reclaiming_a_host_stops_its_guest_by_priority() -> None:
+    snap = cluster(nodes={"n0": ("A100", 2)}, tenants={"a": {"A100": 2}, "b": {"A100": 0}})
+    snap["jobs"] = [
+        running("bo", "b", [("n0", 0), ("n0", 1)], start_s=5_000.0, qos="best_effort",
+                on_loan=True, shareable=True, colocated=True),
+        running("bg", "b", [("n0", 0)], start_s=6_000.0, qos="best_effort", shareable=True,
+                colocated=True, guest_of="bo"),
+        pending("ag", "a", 2, submit_s=9_000.0),
+    ]
+    _, d = decide(AntManPolicy(), snap)
+    assert sorted((p.job, p.reason) for p in d.preempt) == [("bg", "priority"), ("bo", "reclaim")]
+    assert [s.job for s in d.start] == ["ag"]
