@@ -176,3 +176,60 @@ def test_checker_failure_raises(monkeypatch: pytest.MonkeyPatch) -> None:
     snap["jobs"] = [pending("j1", "a", 1, submit_s=9_000.0)]
     with pytest.raises(EventPathError, match="forced"):
         decide_event(state_of(snap))
+
+
+class FixedPairs:
+    """A pair predictor with fixed speeds per (host, guest)."""
+
+    def __init__(self, speeds: dict[tuple[str, str], tuple[float, float]]) -> None:
+        self.speeds = speeds
+        self.asked: list[tuple[str, str]] = []
+
+    def predict_jobs(self, state: ClusterState) -> Any:  # pragma: no cover - not used
+        raise AssertionError("the event path predicts pairs only")
+
+    def predict_pair(self, state: ClusterState, host: Any, guest: Any) -> Any:
+        from optsched.predict.base import PairEstimate
+
+        self.asked.append((host.id, guest.id))
+        hs, gs = self.speeds[(host.id, guest.id)]
+        return PairEstimate(hs, gs, "test")
+
+
+def full_with_hosts() -> dict[str, Any]:
+    snap = two_nodes()
+    snap["jobs"] = [
+        running("h0", "a", [("n0", g) for g in range(4)], start_s=5_000.0, shareable=True,
+                memory_gib=30.0),
+        running("h1", "b", [("n1", g) for g in range(4)], start_s=5_000.0, shareable=True,
+                memory_gib=10.0),
+        pending("g", "a", 2, submit_s=9_000.0, shareable=True, memory_gib=20.0),
+    ]
+    return snap
+
+
+def test_guest_on_the_fastest_safe_pair() -> None:
+    pred = FixedPairs({("h0", "g"): (0.9, 0.9), ("h1", "g"): (0.95, 0.9)})
+    st = state_of(full_with_hosts())
+    d = decide_event(st, predictor=pred)
+    assert [(s.job, s.colocated_with, len(s.allocation)) for s in d.start] == [("g", ["h1"], 2)]
+    assert {r.node for r in d.start[0].allocation} == {"n1"} and not d.start[0].on_loan
+    assert check_decision(st, d) == []
+    # least memory first: h1 (10 GiB) is asked before h0 (30 GiB)
+    assert pred.asked == [("h1", "g"), ("h0", "g")]
+    assert decide_event(st).start == []  # no predictor, no guests
+
+
+def test_unsafe_pairs_are_refused() -> None:
+    st = state_of(full_with_hosts())
+    # host slowdown 0.4 > the 0.35 allowed at full assurance; guest speed 0.4 < 0.5
+    pred = FixedPairs({("h0", "g"): (0.6, 0.9), ("h1", "g"): (0.95, 0.4)})
+    d = decide_event(st, predictor=pred)
+    assert d.start == [] and d.queue == ["g"]
+    # memory: 20 + 70 > 80 GiB on h1; a low-assurance tenant shares nothing
+    snap = full_with_hosts()
+    snap["jobs"][1]["memory_gib"] = 70.0
+    snap["assurance_state"] = {"a": {"a": 0.4, "met": 0.0, "total": 0.0, "missed": []}}
+    pred = FixedPairs({("h0", "g"): (1.0, 1.0), ("h1", "g"): (1.0, 1.0)})
+    assert decide_event(state_of(snap), predictor=pred).start == []
+    assert pred.asked == []

@@ -33,6 +33,7 @@ Invariant 7 (bad input is rejected) is checked when the snapshot is read
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import defaultdict
 from collections.abc import Callable
@@ -103,21 +104,35 @@ class _After:
     use: dict[tuple[str, str], int]
     """(tenant, type) -> GPUs held after the decision, MPS guests excluded (see :func:`tenant_use`)."""
 
+    @functools.cached_property
+    def shared(self) -> list[tuple[GpuKey, list[str]]]:
+        """GPUs held by more than one job, in GPU order."""
+        return sorted((k, list(ids)) for k, ids in self.holders.items() if len(ids) > 1)
+
 
 def _after(state: ClusterState, decision: Decision) -> _After:
     preempted = {p.job for p in decision.preempt}
-    holders: dict[GpuKey, list[str]] = defaultdict(list)
+    # start from the snapshot's GPU holders (host first on a shared GPU) and change only the
+    # GPUs of preempted and started jobs: a decision touches few of a large cluster's GPUs
+    holders: dict[GpuKey, list[str]] = dict(state.gpu_holders)  # type: ignore[arg-type]
     guests: dict[str, list[str]] = {}
     types: dict[str, str] = {}
     host_of = state.host_of
+    touched: set[GpuKey] = set()
+    job_type = state.job_type
     for job in state.running():
         jid = job.id
         if jid in preempted:
+            assert job.allocation is not None
+            for ref in job.allocation:
+                key = (ref.node, ref.gpu)
+                left = [j for j in holders[key] if j != jid]
+                if left:
+                    holders[key] = left
+                else:
+                    del holders[key]
             continue
-        assert job.allocation is not None
-        types[jid] = state.job_type(job)
-        for ref in job.allocation:
-            holders[(ref.node, ref.gpu)].append(jid)
+        types[jid] = job_type(job)
         if jid in host_of:
             guests[jid] = [host_of[jid]]
     started: dict[str, Job] = {}
@@ -127,21 +142,24 @@ def _after(state: ClusterState, decision: Decision) -> _After:
         job = state.job(s.job)
         started[s.job] = job
         for ref in s.allocation:
-            holders[ref.key()].append(s.job)
+            key = ref.key()
+            holders[key] = [*holders.get(key, ()), s.job]
+            touched.add(key)
         if s.colocated_with:
             guests[s.job] = list(s.colocated_with)
         if s.allocation and s.allocation[0].node in state.node_index:
             types[s.job] = state.node_type(s.allocation[0].node)
     # hosts first on each shared GPU
-    for ids in holders.values():
+    for key in touched:
+        ids = holders[key]
         if len(ids) > 1:
             ids.sort(key=lambda j: j in guests)
     return _After(holders, guests, types, preempted, started, _use(state, holders, guests))
 
 
 def _shared(after: _After) -> list[tuple[GpuKey, list[str]]]:
-    """GPUs held by more than one job after the decision, in GPU order."""
-    return sorted((k, ids) for k, ids in after.holders.items() if len(ids) > 1)
+    """GPUs held by more than one job after the decision, in GPU order (computed once)."""
+    return after.shared
 
 
 def _memory(job_id: str, state: ClusterState, decision: Decision) -> float | None:

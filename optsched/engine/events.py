@@ -19,7 +19,11 @@ What it may do, so that the next epoch's model never has to undo it:
    of its own waiting for that type; a tenant whose guaranteed work arrives later gets its
    quota back at the next epoch (reclaim), as it would from any loan of the full model.
 
-It never preempts and never starts MPS guests. The decision's ``assurance`` is the previous
+3. **safe MPS guests** (when a ``predictor`` is given): a job that could not start alone
+   joins a running job as its MPS guest when the predicted pair is safe (:func:`_guests`:
+   the same limits the full model's guest candidates obey).
+
+It never preempts. The decision's ``assurance`` is the previous
 one (the signal moves once per epoch) and ``assurance_state`` counts the guaranteed jobs it
 starts as met or missed without decaying the counts (decay is per epoch, see
 :mod:`optsched.engine.assurance`).
@@ -39,11 +43,13 @@ from typing import Any
 
 from optsched.engine import assurance as asr
 from optsched.engine.check import check_decision, over_quota_note
-from optsched.engine.decide import _free_gpus, _Placer, derive_loans
+from optsched.engine.decide import _Placer, derive_loans
 from optsched.engine.state import ClusterState
 from optsched.errors import OptschedError
+from optsched.engine.objective import ObjectiveWeights
+from optsched.predict.base import Predictor
 from optsched.schema.decision import Decision, SolverInfo, Start
-from optsched.schema.snapshot import Job
+from optsched.schema.snapshot import GpuRef, Job
 
 __all__ = ["EVENT_BACKEND", "EventPathError", "decide_event", "event_order"]
 
@@ -107,8 +113,14 @@ def _next_state(state: ClusterState, started: set[str]) -> dict[str, dict[str, A
     return out
 
 
-def decide_event(state: ClusterState, *, allow_loans: bool = True) -> Decision:
+def decide_event(state: ClusterState, *, allow_loans: bool = True,
+                 hold_for_quota: bool = True, predictor: Predictor | None = None,
+                 weights: ObjectiveWeights | None = None) -> Decision:
     """Start the pending jobs of ``state`` that fit now (see the module docstring).
+
+    ``predictor`` (the engine's pair predictor) enables MPS guests on safe pairs; ``weights``
+    gives ``min_guest_speed`` (default :class:`ObjectiveWeights`). ``hold_for_quota=False``
+    lets jobs borrow even while an in-quota job waits for the type (for experiments).
 
     Raises
     ------
@@ -117,15 +129,21 @@ def decide_event(state: ClusterState, *, allow_loans: bool = True) -> Decision:
     """
     t0 = time.perf_counter()
     snap = state.snapshot
-    free = _free_gpus(state, set())
+    held: dict[str, set[int]] = defaultdict(set)
+    for nid, g in state.gpu_holders:
+        held[nid].add(g)
+    pool = state.pool_gpus
+    free: dict[str, list[int]] = {}
     nodes_by_type: dict[str, list[str]] = defaultdict(list)
-    for node in snap.nodes:
-        if node.available:
-            nodes_by_type[node.gpu_type].append(node.id)
     free_n = {t: 0 for t in state.type_names}
     for node in snap.nodes:
-        if node.available:
-            free_n[node.gpu_type] += len(free.get(node.id, ()))
+        if not node.available:
+            continue
+        h = held.get(node.id, ())
+        idle = [g for g in range(node.gpus) if g not in h and (node.id, g) not in pool]
+        free[node.id] = idle
+        nodes_by_type[node.gpu_type].append(node.id)
+        free_n[node.gpu_type] += len(idle)
     placer = _Placer(free, nodes_by_type)
 
     use: dict[tuple[str, str], int] = defaultdict(int)
@@ -181,9 +199,15 @@ def decide_event(state: ClusterState, *, allow_loans: bool = True) -> Decision:
         for job in order:
             if job.id in started:
                 continue
-            if any(t in blocked for t in state.allowed_types(job)):
+            if hold_for_quota and any(t in blocked for t in state.allowed_types(job)):
                 continue
             try_start(job, on_loan=True)
+
+    if predictor is not None:
+        guests = _guests(state, [j for j in order if j.id not in started], starts, predictor,
+                         weights or ObjectiveWeights(), signal)
+        starts += guests
+        started.update(s.job for s in guests)
 
     loans, uncovered = derive_loans(state, use, signal, kept)
     notes = [f"event path: {len(starts)} start(s) between epochs"]
@@ -207,3 +231,73 @@ def decide_event(state: ClusterState, *, allow_loans: bool = True) -> Decision:
         raise EventPathError(f"event path decision failed the checker: {msg}")
     decision.solver.seconds = round(time.perf_counter() - t0, 6)
     return decision
+
+
+MAX_HOSTS_SCANNED = 16
+"""Per guest job, at most this many hosts (least memory first) get a pair prediction."""
+
+
+def _guests(
+    state: ClusterState,
+    waiting: list[Job],
+    starts: list[Start],
+    predictor: Predictor,
+    weights: ObjectiveWeights,
+    signal: dict[str, asr.TenantAssurance],
+) -> list[Start]:
+    """MPS guests for jobs that could not start alone, on *safe* pairs only: the host runs
+    alone on an MPS type, both jobs are shareable with known memory that fits together, the
+    predicted host slowdown is within the host tenant's assurance-driven limit
+    (:func:`optsched.engine.assurance.max_host_slowdown`) and the guest's predicted speed is
+    at least ``weights.min_guest_speed``; among a job's safe hosts, the fastest pair (sum of
+    both speeds, then host id) wins. A guest of a tenant with ``borrow_limit`` 0 on the type
+    shares only its own tenant's hosts."""
+    snap = state.snapshot
+    just_started = {s.job for s in starts}
+    hosts: list[Job] = []
+    for job in state.running():
+        if job.id in state.host_of or job.colocated or job.id in just_started:
+            continue
+        if not job.is_shareable or job.memory_gib is None:
+            continue
+        if not snap.gpu_types[state.job_type(job)].mps:
+            continue
+        if asr.max_host_slowdown(signal[job.tenant].value) <= 0.0:
+            continue
+        hosts.append(job)
+    hosts.sort(key=lambda h: (h.memory_gib or 0.0, h.id))
+    taken: set[str] = set()
+    out: list[Start] = []
+    for job in waiting:
+        if not hosts or not job.is_shareable or job.memory_gib is None:
+            continue
+        allowed = state.allowed_types(job)
+        best: tuple[float, str, Job] | None = None
+        scanned = 0
+        for h in hosts:
+            if scanned >= MAX_HOSTS_SCANNED:
+                break
+            if h.id in taken or h.gpus < job.gpus:
+                continue
+            t = state.job_type(h)
+            if t not in allowed or job.memory_gib + (h.memory_gib or 0.0) > snap.gpu_types[t].memory_gib:
+                continue
+            if h.tenant != job.tenant and state.borrow_limit(job.tenant, t) == 0:
+                continue
+            scanned += 1
+            pair = predictor.predict_pair(state, h, job)
+            if 1.0 - pair.host_speed > asr.max_host_slowdown(signal[h.tenant].value):
+                continue
+            if pair.guest_speed < weights.min_guest_speed:
+                continue
+            score = pair.host_speed + pair.guest_speed
+            if best is None or (-score, h.id) < (-best[0], best[1]):
+                best = (score, h.id, h)
+        if best is None:
+            continue
+        host = best[2]
+        taken.add(host.id)
+        assert host.allocation is not None
+        alloc = [GpuRef(node=r.node, gpu=r.gpu) for r in host.allocation[: job.gpus]]
+        out.append(Start(job=job.id, allocation=alloc, on_loan=False, colocated_with=[host.id]))
+    return out

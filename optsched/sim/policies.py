@@ -749,10 +749,12 @@ class OptschedPolicy:
     def decide_event(self, snapshot: Snapshot, state: ClusterState) -> Decision:
         """Between epochs: the engine's event path (:func:`optsched.engine.events.decide_event`),
         or the full model when the event path cannot give a checked decision."""
+        from optsched.engine.epoch import default_predictor
         from optsched.engine.events import EventPathError, decide_event
 
+        pred = self.predictor if self.predictor is not None else default_predictor()
         try:
-            return decide_event(state)
+            return decide_event(state, predictor=pred, weights=self.params.objective)
         except EventPathError:
             self.event_fallbacks += 1
             return self.decide(snapshot, state)
