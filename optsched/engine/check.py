@@ -550,15 +550,15 @@ def check_capacity_and_loans(state: ClusterState, decision: Decision, after: _Af
             # a guest keeps its host's GPUs when the host ends: a tenant that may not borrow
             # on the type would then hold GPUs above its quota with nothing to cover them
             ten = state.job(s.job).tenant
-            t = state.node_type(s.allocation[0].node) if s.allocation[0].node in state.node_index else None
+            gt = state.node_type(s.allocation[0].node) if s.allocation[0].node in state.node_index else None
             for h in s.colocated_with:
-                if t is None or h not in state.job_index or state.job(h).tenant == ten:
+                if gt is None or h not in state.job_index or state.job(h).tenant == ten:
                     continue
-                if state.borrow_limit(ten, t) == 0:
+                if state.borrow_limit(ten, gt) == 0:
                     out.append(
                         Violation(
                             4,
-                            f"guest '{s.job}' of '{ten}' (borrow_limit 0 on '{t}') shares host '{h}' "
+                            f"guest '{s.job}' of '{ten}' (borrow_limit 0 on '{gt}') shares host '{h}' "
                             f"of '{state.job(h).tenant}'",
                             (s.job, h),
                         )

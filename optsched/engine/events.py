@@ -44,9 +44,9 @@ from typing import Any
 from optsched.engine import assurance as asr
 from optsched.engine.check import check_decision, over_quota_note
 from optsched.engine.decide import _Placer, derive_loans
+from optsched.engine.objective import ObjectiveWeights
 from optsched.engine.state import ClusterState
 from optsched.errors import OptschedError
-from optsched.engine.objective import ObjectiveWeights
 from optsched.predict.base import Predictor
 from optsched.schema.decision import Decision, SolverInfo, Start
 from optsched.schema.snapshot import GpuRef, Job
