@@ -235,6 +235,8 @@ def decide_event(state: ClusterState, *, allow_loans: bool = True,
 
 MAX_HOSTS_SCANNED = 16
 """Per guest job, at most this many hosts (least memory first) get a pair prediction."""
+MAX_GUEST_JOBS = 16
+"""Per event, at most this many waiting jobs (in the event order) look for a host."""
 
 
 def _guests(
@@ -250,7 +252,8 @@ def _guests(
     predicted host slowdown is within the host tenant's assurance-driven limit
     (:func:`optsched.engine.assurance.max_host_slowdown`) and the guest's predicted speed is
     at least ``weights.min_guest_speed``; among a job's safe hosts, the fastest pair (sum of
-    both speeds, then host id) wins. A guest of a tenant with ``borrow_limit`` 0 on the type
+    both speeds, then host id) wins. The first ``MAX_GUEST_JOBS`` shareable waiting jobs of
+    the event order are tried (the epoch's model considers every job). A guest of a tenant with ``borrow_limit`` 0 on the type
     shares only its own tenant's hosts."""
     snap = state.snapshot
     just_started = {s.job for s in starts}
@@ -268,9 +271,13 @@ def _guests(
     hosts.sort(key=lambda h: (h.memory_gib or 0.0, h.id))
     taken: set[str] = set()
     out: list[Start] = []
+    tried = 0
     for job in waiting:
-        if not hosts or not job.is_shareable or job.memory_gib is None:
+        if not hosts or tried >= MAX_GUEST_JOBS:
+            break
+        if not job.is_shareable or job.memory_gib is None:
             continue
+        tried += 1
         allowed = state.allowed_types(job)
         best: tuple[float, str, Job] | None = None
         scanned = 0
