@@ -54,7 +54,7 @@ def markdown_table(summary: dict[str, Any]) -> str:
 def simulate(
     trace: str = typer.Option(..., "--trace", help="'mini' (shipped), a Venus job log or an "
                               "openb pod list"),
-    policies: str = typer.Option("fifo,sjf,qssf,tiresias,kueue,gandiva,lucid,optsched",
+    policies: str = typer.Option("fifo,sjf,qssf,tiresias,kueue,gandiva,lucid,antman,optsched",
                                  "--policies", help=f"comma-separated: {', '.join(POLICIES)}"),
     seeds: str = typer.Option("0", "--seeds", help="comma-separated seeds"),
     out: Path = typer.Option(..., "--out", help="output folder"),
