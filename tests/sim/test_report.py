@@ -194,7 +194,9 @@ def test_settings_are_the_ones_the_run_used(run: tuple[dict[str, Any], str, Path
     assert "time limit 0.3 s per decision" in s
     assert f"predictor `{opts['predictor']}`" in s
     cfg = summary["config"]
-    assert f"epoch {cfg['epoch_s']:g} s" in s and "trigger mode `trigger`" in s
+    assert cfg["events"] and cfg["mode"] == "pooled" and cfg["load_scale"] == 1.0
+    assert f"epoch {cfg['epoch_s']:g} s" in s and "mode `events`" in s
+    assert "**mode**: `pooled`" in s and "time-compressed by 1 " in s
     assert "**seeds**: 0, 1" in s and "`mini`" in s and "first 300 jobs" in s
     assert f"offered load {_mean(summary, 'kueue', 'offered_load'):.3f}" in s
 
