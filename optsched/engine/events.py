@@ -253,8 +253,8 @@ def _guests(
     (:func:`optsched.engine.assurance.max_host_slowdown`) and the guest's predicted speed is
     at least ``weights.min_guest_speed``; among a job's safe hosts, the fastest pair (sum of
     both speeds, then host id) wins. The first ``MAX_GUEST_JOBS`` shareable waiting jobs of
-    the event order are tried (the epoch's model considers every job). A guest of a tenant with ``borrow_limit`` 0 on the type
-    shares only its own tenant's hosts."""
+    the event order are tried (the epoch's model considers every job). A guest of a tenant
+    with ``borrow_limit`` 0 on the type shares only its own tenant's hosts."""
     snap = state.snapshot
     just_started = {s.job for s in starts}
     hosts: list[Job] = []
