@@ -23,8 +23,13 @@ Mechanics:
 * when a host stops, its guest keeps its GPUs and runs alone (it is *promoted*); it is marked
   ``on_loan`` if its tenant's own use is then above quota, so it can be reclaimed;
 * decisions happen at every epoch tick (``epoch_s``) when jobs are pending or something
-  changed, and, with ``trigger``, after an arrival or completion (at most one per
-  ``min_gap_s``).
+  changed, and, with ``events`` (the default), at every arrival or completion instant, where
+  a policy's ``decide_event`` (optsched's event path) is used when it has one; without
+  ``events``, with ``trigger``, after an arrival or completion (at most one per
+  ``min_gap_s``);
+* ``mode="partitioned"`` gives every tenant ``borrow_limit`` 0 on every type in the
+  snapshots (no loans; guests on own hosts only); ``load_scale`` is applied by the trace
+  loader (:func:`optsched.sim.trace.scale_arrivals`).
 """
 
 from __future__ import annotations
