@@ -88,6 +88,11 @@ def test_blocked_in_quota_job_keeps_free_gpus_from_borrowers() -> None:
     assert sorted(d.queue) == ["a2", "b4"]
     assert [(ln.lender, ln.borrower, ln.gpus) for ln in d.loans] == [("b", "a", 1)]
     assert check_decision(st, d) == []
+    # without the hold, a2 borrows 2 of b's idle quota on the free GPUs
+    d2 = decide_event(st, hold_for_quota=False)
+    assert [(s.job, s.on_loan) for s in d2.start] == [("a2", True)]
+    assert [(ln.lender, ln.borrower, ln.gpus) for ln in d2.loans] == [("b", "a", 3)]
+    assert check_decision(st, d2) == []
 
 
 def test_never_preempts_and_never_pairs() -> None:
