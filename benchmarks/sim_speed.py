@@ -4,7 +4,10 @@ Usage::
 
     python benchmarks/sim_speed.py --trace PATH/cluster_full_log_SYNTHETIC_matched_seed0.csv.gz \
         --policies fifo,sjf,qssf,tiresias,kueue,gandiva,lucid,optsched [--max-jobs N] \
-        [--time-limit-s 0.2] [--backend cpsat] [--out speed.json]
+        [--time-limit-s 0.2] [--backend auto] [--no-events] [--out speed.json]
+
+The defaults are those of ``optsched simulate`` (decisions at every arrival/completion, with
+optsched's event path between epochs; backend ``auto``).
 
 Each run is one process on one core (runs are sequential so they do not disturb each other).
 Reports wall seconds, the number of decisions, and where the time went per decision:
@@ -33,8 +36,10 @@ def main() -> None:
     ap.add_argument("--max-jobs", type=int, default=None)
     ap.add_argument("--epoch-s", type=float, default=300.0)
     ap.add_argument("--no-trigger", action="store_true")
+    ap.add_argument("--no-events", action="store_true",
+                    help="no decisions at arrival/completion instants (epoch ticks and triggers)")
     ap.add_argument("--time-limit-s", type=float, default=0.2)
-    ap.add_argument("--backend", default="cpsat")
+    ap.add_argument("--backend", default="auto")
     ap.add_argument("--predictor", default="trained")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
@@ -44,7 +49,8 @@ def main() -> None:
     load_s = time.perf_counter() - t
     print(f"trace {trace.name}: {len(trace.jobs)} jobs, {trace.total_gpus} GPUs, "
           f"read in {load_s:.1f} s")
-    cfg = SimConfig(epoch_s=args.epoch_s, trigger=not args.no_trigger)
+    cfg = SimConfig(epoch_s=args.epoch_s, trigger=not args.no_trigger,
+                    events=not args.no_events)
     rows = []
     header = (f"{'policy':10} {'wall s':>8} {'cpu s':>8} {'decisions':>9} {'snapshot':>9} "
               f"{'state':>8} {'policy':>8} {'check':>8}  (seconds in total)")

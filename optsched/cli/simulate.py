@@ -54,7 +54,7 @@ def markdown_table(summary: dict[str, Any]) -> str:
 def simulate(
     trace: str = typer.Option(..., "--trace", help="'mini' (shipped), a Venus job log or an "
                               "openb pod list"),
-    policies: str = typer.Option("fifo,sjf,qssf,tiresias,kueue,gandiva,lucid,optsched",
+    policies: str = typer.Option("fifo,sjf,qssf,tiresias,kueue,gandiva,lucid,antman,optsched",
                                  "--policies", help=f"comma-separated: {', '.join(POLICIES)}"),
     seeds: str = typer.Option("0", "--seeds", help="comma-separated seeds"),
     out: Path = typer.Option(..., "--out", help="output folder"),
@@ -84,14 +84,21 @@ def simulate(
     lucid_dir: Path | None = typer.Option(
         None, "--lucid-dir", help="folder with Lucid's single_data.csv and colocate_info.csv "
         "(default: lucid_venus/ on the traces path; else the synthetic interference model)"),
+    events: bool = typer.Option(
+        True, "--events/--no-events",
+        help="decide at every arrival and completion (optsched: the event path between "
+        "epochs, the full model every epoch); --no-events: epoch ticks and --trigger only"),
+    mode: str = typer.Option(
+        "pooled", "--mode", help="pooled (idle quota is lent, never reclaimed by the "
+        "baselines) | partitioned (each tenant's quota is a hard partition: no loans) | both "
+        "(side by side, in DIR/pooled and DIR/partitioned)"),
+    load_scale: float = typer.Option(
+        1.0, "--load-scale", help="time-compress arrivals by this factor (offered load × X)"),
 ) -> None:
     """Replay a trace under several policies and seeds; write summary.json, the summary.md
     report (optsched.sim.report), plots."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
     from optsched.sim.cluster import SimConfig
-    from optsched.sim.report import write_report
-    from optsched.sim.runner import RunSpec, clean, load_log, run_dir, run_many
+    from optsched.sim.runner import RunSpec, clean
     from optsched.sim.trace import GuaranteeRule
 
     pols = [p.strip() for p in policies.split(",") if p.strip()]
@@ -101,22 +108,85 @@ def simulate(
     seed_list = [int(s) for s in seeds.split(",") if s.strip()]
     if guarantee not in ("quota", "all", "none"):
         raise typer.BadParameter("--guarantee must be quota, all or none")
-    cfg = SimConfig(epoch_s=epoch_s, trigger=trigger, min_gap_s=min_gap_s,
-                    checkpoint_s=checkpoint_s, restart_overhead_s=restart_overhead_s,
-                    oracle_runtime=oracle_runtime)
+    if mode not in ("pooled", "partitioned", "both"):
+        raise typer.BadParameter("--mode must be pooled, partitioned or both")
+    if not load_scale > 0 or math.isinf(load_scale):
+        raise typer.BadParameter("--load-scale must be a positive number")
+    modes = ["pooled", "partitioned"] if mode == "both" else [mode]
     rule = GuaranteeRule(mode=guarantee, fraction=guarantee_fraction)  # type: ignore[arg-type]
     opts: dict[str, Any] = {"backend": backend, "time_limit_s": time_limit_s, "predictor": predictor}
     if lookahead_epochs is not None:
         opts["lookahead_epochs"] = lookahead_epochs
     if reserve_min_gpus is not None:
         opts["reserve_min_gpus"] = reserve_min_gpus
-    specs = [
-        RunSpec(trace=trace, policy=p, seed=s, config=cfg,
-                policy_options=opts if p == "optsched" else {}, qos_delay_s=qos_delay_s,
-                guarantee=rule, max_jobs=max_jobs,
-                lucid_dir=str(lucid_dir) if lucid_dir is not None else None)
-        for p in pols for s in seed_list
+    summaries: dict[str, dict[str, Any]] = {}
+    for m in modes:
+        cfg = SimConfig(epoch_s=epoch_s, trigger=trigger, min_gap_s=min_gap_s,
+                        checkpoint_s=checkpoint_s, restart_overhead_s=restart_overhead_s,
+                        oracle_runtime=oracle_runtime, events=events, mode=m,
+                        load_scale=load_scale)
+        specs = [
+            RunSpec(trace=trace, policy=p, seed=s, config=cfg,
+                    policy_options=opts if p == "optsched" else {}, qos_delay_s=qos_delay_s,
+                    guarantee=rule, max_jobs=max_jobs,
+                    lucid_dir=str(lucid_dir) if lucid_dir is not None else None)
+            for p in pols for s in seed_list
+        ]
+        where = out if len(modes) == 1 else out / m
+        if len(modes) > 1:
+            typer.echo(f"mode {m}:")
+        summaries[m] = _run_mode(specs, where, trace=trace, pols=pols, seed_list=seed_list,
+                                 epoch_s=epoch_s, workers=workers, opts=opts,
+                                 lucid_dir=lucid_dir, plots=plots)
+    if len(modes) > 1:
+        (out / "summary.json").write_text(json.dumps(clean({"modes": summaries}), indent=1))
+        text = side_by_side(summaries)
+        (out / "summary.md").write_text(text)
+        typer.echo(text)
+        typer.echo(f"wrote {out / 'summary.json'}")
+
+
+def side_by_side(summaries: dict[str, dict[str, Any]]) -> str:
+    """One table per metric group: a row per policy, a column per (metric, mode)."""
+    modes = list(summaries)
+    keys = [
+        ("avg_queue_delay_s", "avg queue (s)", "{:,.0f}"),
+        ("p95_queue_delay_s", "p95 queue (s)", "{:,.0f}"),
+        ("avg_jct_s", "avg JCT (s)", "{:,.0f}"),
+        ("p95_jct_s", "p95 JCT (s)", "{:,.0f}"),
+        ("qos_compliance", "QoS", "{:.3f}"),
+        ("utilization", "util", "{:.3f}"),
+        ("useful_utilization", "useful util", "{:.3f}"),
+        ("throughput_jobs_per_h", "jobs/h", "{:,.1f}"),
+        ("makespan_s", "makespan (s)", "{:,.0f}"),
+        ("lost_gpu_hours", "lost GPU-h", "{:,.1f}"),
     ]
+    head = "| policy | " + " | ".join(f"{label} {m}" for _, label, _ in keys for m in modes) + " |"
+    sep = "|---|" + "|".join("---:" for _ in keys for _ in modes) + "|"
+    lines = ["# Pooled and partitioned side by side (means over seeds)", "", head, sep]
+    pols: list[str] = []
+    for s in summaries.values():
+        pols += [p for p in s["policies"] if p not in pols]
+    for pol in pols:
+        cells = []
+        for key, _, fmt in keys:
+            for m in modes:
+                v = summaries[m]["policies"].get(pol, {}).get(key, {}).get("mean")
+                cells.append("n/a" if v is None or (isinstance(v, float) and math.isnan(v))
+                             else fmt.format(v))
+        lines.append(f"| {pol} | " + " | ".join(cells) + " |")
+    lines += ["", "Each mode's full report: `pooled/summary.md`, `partitioned/summary.md`.", ""]
+    return "\n".join(lines)
+
+
+def _run_mode(specs: list[RunSpec], out: Path, *, trace: str, pols: list[str],
+              seed_list: list[int], epoch_s: float, workers: int, opts: dict[str, Any],
+              lucid_dir: Path | None, plots: bool) -> dict[str, Any]:
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from optsched.sim.report import write_report
+    from optsched.sim.runner import clean, load_log, run_dir, run_many
+
     out.mkdir(parents=True, exist_ok=True)
     with Progress(TextColumn("{task.description}"), BarColumn(),
                   TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn()) as prog:
@@ -127,9 +197,12 @@ def simulate(
                         description=f"{spec.policy} seed {spec.seed}: {m['sim_seconds']:.0f}s")
 
         summary = run_many(specs, out=out, workers=workers, on_done=done)
+    cfg = specs[0].config if specs else None
     summary["command"] = {
         "trace": trace, "policies": pols, "seeds": seed_list, "epoch_s": epoch_s,
         "workers": workers, "optsched": opts, "lucid_dir": str(lucid_dir) if lucid_dir else None,
+        "events": cfg.events if cfg else None, "mode": cfg.mode if cfg else None,
+        "load_scale": cfg.load_scale if cfg else None,
     }
     (out / "summary.json").write_text(json.dumps(clean(summary), indent=1))
     table = markdown_table(summary)
@@ -143,6 +216,7 @@ def simulate(
         for path in plot_all(logs, out):
             typer.echo(f"wrote {path}")
     typer.echo(f"wrote {out / 'summary.json'}")
+    return summary
 
 
 def register(app: typer.Typer) -> None:
@@ -150,4 +224,4 @@ def register(app: typer.Typer) -> None:
     app.command("simulate")(simulate)
 
 
-__all__ = ["markdown_table", "register", "simulate"]
+__all__ = ["markdown_table", "register", "side_by_side", "simulate"]

@@ -315,6 +315,8 @@ def build_problem(
                 break
             if r.type not in key[2] or r.free_slots < gjob.gpus:
                 continue
+            if r.tenant != key[0] and state.borrow_limit(gjob.tenant, types[r.type]) == 0:
+                continue  # promoted when the host ends, it would hold GPUs it may not borrow
             mem_cap = snap.gpu_types[types[r.type]].memory_gib
             if memory[jid] + predictions.jobs[r.job].memory_gib > mem_cap:
                 continue

@@ -41,6 +41,7 @@ Invariant 7 (bad input is rejected) is checked when the snapshot is read
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import defaultdict
 from collections.abc import Callable
@@ -117,6 +118,11 @@ class _After:
     sizes: dict[str, int]
     """job id -> GPUs it holds after the decision, for every kept running and started job."""
 
+    @functools.cached_property
+    def shared(self) -> list[tuple[GpuKey, list[str]]]:
+        """GPUs held by more than one job, in GPU order."""
+        return sorted((k, list(ids)) for k, ids in self.holders.items() if len(ids) > 1)
+
 
 def _resized(state: ClusterState, decision: Decision) -> dict[str, list[GpuRef]]:
     """The new allocation of every running job the decision resizes (first entry per job)."""
@@ -129,22 +135,45 @@ def _resized(state: ClusterState, decision: Decision) -> dict[str, list[GpuRef]]
 
 def _after(state: ClusterState, decision: Decision) -> _After:
     preempted = {p.job for p in decision.preempt}
-    holders: dict[GpuKey, list[str]] = defaultdict(list)
+    # start from the snapshot's GPU holders (host first on a shared GPU) and change only the
+    # GPUs of preempted, resized and started jobs: a decision touches few of a large cluster's GPUs
+    holders: dict[GpuKey, list[str]] = dict(state.gpu_holders)  # type: ignore[arg-type]
     guests: dict[str, list[str]] = {}
     types: dict[str, str] = {}
     host_of = state.host_of
+    touched: set[GpuKey] = set()
+    job_type = state.job_type
     resized = _resized(state, decision)
     sizes: dict[str, int] = {}
+
+    def release(jid: str, refs: list[GpuRef]) -> None:
+        for ref in refs:
+            key = (ref.node, ref.gpu)
+            left = [j for j in holders.get(key, ()) if j != jid]
+            if left:
+                holders[key] = left
+            else:
+                holders.pop(key, None)
+
+    def take(jid: str, refs: list[GpuRef]) -> None:
+        for ref in refs:
+            key = ref.key()
+            holders[key] = [*holders.get(key, ()), jid]
+            touched.add(key)
+
     for job in state.running():
         jid = job.id
-        if jid in preempted:
-            continue
         assert job.allocation is not None
-        types[jid] = state.job_type(job)
-        alloc = resized.get(jid, job.allocation)
-        sizes[jid] = len(alloc)
-        for ref in alloc:
-            holders[(ref.node, ref.gpu)].append(jid)
+        if jid in preempted:
+            release(jid, job.allocation)
+            continue
+        types[jid] = job_type(job)
+        if jid in resized:
+            release(jid, job.allocation)
+            take(jid, resized[jid])
+            sizes[jid] = len(resized[jid])
+        else:
+            sizes[jid] = len(job.allocation)
         if jid in host_of:
             guests[jid] = [host_of[jid]]
     started: dict[str, Job] = {}
@@ -154,22 +183,22 @@ def _after(state: ClusterState, decision: Decision) -> _After:
         job = state.job(s.job)
         started[s.job] = job
         sizes[s.job] = len(s.allocation)
-        for ref in s.allocation:
-            holders[ref.key()].append(s.job)
+        take(s.job, s.allocation)
         if s.colocated_with:
             guests[s.job] = list(s.colocated_with)
         if s.allocation and s.allocation[0].node in state.node_index:
             types[s.job] = state.node_type(s.allocation[0].node)
     # hosts first on each shared GPU
-    for ids in holders.values():
-        if len(ids) > 1:
+    for key in touched:
+        ids = holders.get(key)
+        if ids is not None and len(ids) > 1:
             ids.sort(key=lambda j: j in guests)
     return _After(holders, guests, types, preempted, started, _use(state, holders, guests), sizes)
 
 
 def _shared(after: _After) -> list[tuple[GpuKey, list[str]]]:
-    """GPUs held by more than one job after the decision, in GPU order."""
-    return sorted((k, ids) for k, ids in after.holders.items() if len(ids) > 1)
+    """GPUs held by more than one job after the decision, in GPU order (computed once)."""
+    return after.shared
 
 
 def _memory(job_id: str, state: ClusterState, decision: Decision) -> float | None:
@@ -770,6 +799,23 @@ def check_capacity_and_loans(state: ClusterState, decision: Decision, after: _Af
     for s in decision.start:
         if s.colocated_with and s.on_loan:
             out.append(Violation(4, f"guest '{s.job}' uses no quota and cannot be on loan", (s.job,)))
+        if s.colocated_with and s.job in state.job_index and s.allocation:
+            # a guest keeps its host's GPUs when the host ends: a tenant that may not borrow
+            # on the type would then hold GPUs above its quota with nothing to cover them
+            ten = state.job(s.job).tenant
+            gt = state.node_type(s.allocation[0].node) if s.allocation[0].node in state.node_index else None
+            for h in s.colocated_with:
+                if gt is None or h not in state.job_index or state.job(h).tenant == ten:
+                    continue
+                if state.borrow_limit(ten, gt) == 0:
+                    out.append(
+                        Violation(
+                            4,
+                            f"guest '{s.job}' of '{ten}' (borrow_limit 0 on '{gt}') shares host '{h}' "
+                            f"of '{state.job(h).tenant}'",
+                            (s.job, h),
+                        )
+                    )
     return out
 
 

@@ -113,7 +113,8 @@ class Tenant(_Strict):
     borrow_limit: dict[str, NonNegativeInt] | None = Field(
         default=None,
         description="Most GPUs per type the tenant may borrow above its quota; null, or a type not "
-        "listed, means no limit beyond what others lend.",
+        "listed, means no limit beyond what others lend. 0 also keeps the tenant's MPS guests on "
+        "its own hosts.",
     )
     lend_limit: dict[str, NonNegativeInt] | None = Field(
         default=None,

@@ -28,8 +28,13 @@ Mechanics:
   ``resize_overhead_s`` of progress at the new size and no other work (logged in
   ``EventLog.resizes`` and in the job's ``lost_gpu_s``/``lost_work_gpu_s``);
 * decisions happen at every epoch tick (``epoch_s``) when jobs are pending or something
-  changed, and, with ``trigger``, after an arrival or completion (at most one per
-  ``min_gap_s``).
+  changed, and, with ``events`` (the default), at every arrival or completion instant, where
+  a policy's ``decide_event`` (optsched's event path) is used when it has one; without
+  ``events``, with ``trigger``, after an arrival or completion (at most one per
+  ``min_gap_s``);
+* ``mode="partitioned"`` gives every tenant ``borrow_limit`` 0 on every type in the
+  snapshots (no loans; guests on own hosts only); ``load_scale`` is applied by the trace
+  loader (:func:`optsched.sim.trace.scale_arrivals`).
 """
 
 from __future__ import annotations
@@ -75,6 +80,10 @@ class Policy(Protocol):
     def decide(self, snapshot: Snapshot, state: ClusterState) -> Decision: ...
 
 
+EPOCH, TRIGGER, EVENT = 0, 1, 2
+"""``job`` field of a DECIDE event: an epoch tick, a (min-gap) trigger, an event decision."""
+
+
 @dataclass(frozen=True)
 class SimConfig:
     """Simulator parameters (see the module docstring)."""
@@ -96,6 +105,17 @@ class SimConfig:
     """Stop at this time (default: last submission + 90 days); unfinished jobs are reported."""
     use_history: bool = True
     """Merge :class:`~optsched.predict.history.RuntimeHistory` ``hist_*`` features."""
+    events: bool = True
+    """Decide at every arrival and completion instant (no minimum gap; ``trigger`` and
+    ``min_gap_s`` are then unused): a policy with ``decide_event`` (optsched: the event path,
+    :func:`optsched.engine.events.decide_event`) uses it there and its full ``decide`` at
+    epoch ticks; the other policies use ``decide`` at both."""
+    mode: str = "pooled"
+    """``pooled`` (tenants borrow idle quota of others) or ``partitioned`` (every tenant's
+    quota is a hard partition: ``borrow_limit`` 0 on every type, so nothing runs on loan)."""
+    load_scale: float = 1.0
+    """Time-compress arrivals by this factor: submission times (from the first one) are
+    divided by it, so the offered load grows by the same factor."""
 
 
 class GroundTruth:
@@ -280,14 +300,19 @@ class Simulator:
             for g in trace.gpu_types
         }
         self._nodes = [Node(id=n.id, gpu_type=n.gpu_type, gpus=n.gpus) for n in trace.nodes]
+        if self.cfg.mode not in ("pooled", "partitioned"):
+            raise ValueError(f"mode must be pooled or partitioned, not '{self.cfg.mode}'")
+        no_loans = self.cfg.mode == "partitioned"
         self._tenants = [
             Tenant(
                 id=t.id,
                 quota=dict(t.quota),
                 qos=TenantQos(max_queue_delay_s=t.max_queue_delay_s, target=t.qos_target),
+                borrow_limit={g.name: 0 for g in trace.gpu_types} if no_loans else None,
             )
             for t in trace.tenants
         ]
+        self._event_at: float | None = None
         self._single_type = trace.gpu_types[0].name if len(trace.gpu_types) == 1 else None
         self._dirty = False
         self._n_decisions = 0
@@ -314,7 +339,7 @@ class Simulator:
             preemptions=_cols("t", "job", "reason", "lost_s", "gpus"),
             decisions=_cols("t", "seconds", "snapshot_s", "state_s", "check_s", "pending",
                             "running", "started", "preempted", "loaned_gpus",
-                            "on_loan_started", "status"),
+                            "on_loan_started", "status", "event"),
             assurance=_cols("t", "tenant", "value"),
             notes=list(trace.notes),
             interference=self.truth.interference.source,
@@ -357,7 +382,7 @@ class Simulator:
         last = max((j.spec.submit_s for j in self.jobs), default=0.0)
         stop = self.cfg.max_sim_s if self.cfg.max_sim_s is not None else last + 90 * 86400.0
         self._next_tick = math.floor(first / self.cfg.epoch_s) * self.cfg.epoch_s
-        self.q.push(self._next_tick, Kind.DECIDE, 0)
+        self.q.push(self._next_tick, Kind.DECIDE, EPOCH)
         total = len(self.jobs) - len(self._unplaceable)
         while len(self.q):
             ev = self.q.pop()
@@ -371,16 +396,18 @@ class Simulator:
             elif ev.kind == Kind.ARRIVAL:
                 self._arrive(self.jobs[ev.job])
             else:
-                tick = ev.job == 0
-                if not tick:
+                tick = ev.job == EPOCH
+                if ev.job == TRIGGER:
                     self._next_trigger = None
+                elif ev.job == EVENT:
+                    self._event_at = None
                 if self.pending and self.now > self._last_decision and (self._dirty or tick):
-                    self._decide()
+                    self._decide(event=ev.job == EVENT)
                 if tick:
                     if self._done >= total:
                         continue
                     self._next_tick = self.now + self.cfg.epoch_s
-                    self.q.push(self._next_tick, Kind.DECIDE, 0)
+                    self.q.push(self._next_tick, Kind.DECIDE, EPOCH)
             if self._done >= total and self._arrived >= total:
                 break
         self.log.end_time = self.now
@@ -391,13 +418,18 @@ class Simulator:
 
     def _request_decision(self) -> None:
         self._dirty = True
+        if self.cfg.events:
+            if self._event_at is None:
+                self._event_at = self.now
+                self.q.push(self.now, Kind.DECIDE, EVENT)
+            return
         if not self.cfg.trigger or self._next_trigger is not None:
             return
         t = max(self.now, self._last_decision + self.cfg.min_gap_s)
         if t >= self._next_tick:
             return
         self._next_trigger = t
-        self.q.push(t, Kind.DECIDE, 1)
+        self.q.push(t, Kind.DECIDE, TRIGGER)
 
     # ------------------------------------------------------------------ events
     def _arrive(self, sj: _SimJob) -> None:
@@ -581,7 +613,7 @@ class Simulator:
         )
 
     # ------------------------------------------------------------------ decisions
-    def _decide(self) -> None:
+    def _decide(self, event: bool = False) -> None:
         self._dirty = False
         self._last_decision = self.now
         self._n_decisions += 1
@@ -592,7 +624,11 @@ class Simulator:
         t_state = time.perf_counter()
         state = ClusterState.from_snapshot(snap)
         t0 = time.perf_counter()
-        decision = self.policy.decide(snap, state)
+        decide_event = getattr(self.policy, "decide_event", None) if event else None
+        if decide_event is not None:
+            decision = decide_event(snap, state)
+        else:
+            decision = self.policy.decide(snap, state)
         t1 = time.perf_counter()
         seconds = t1 - t0
         if self.cfg.check:
@@ -620,6 +656,7 @@ class Simulator:
         d["loaned_gpus"].append(sum(loan.gpus for loan in decision.loans))
         d["on_loan_started"].append(sum(1 for s in decision.start if s.on_loan))
         d["status"].append(decision.status)
+        d["event"].append(event)
         a = self.log.assurance
         for ten in sorted(decision.assurance):
             a["t"].append(self.now)

@@ -16,7 +16,10 @@ last submission of the trace, so the drain at the end does not dilute utilisatio
 * ``preemptions``; ``lost_gpu_hours``: GPU-hours of wall time since the last checkpoint at
   each preemption; ``loans_made`` (jobs started on loan), ``loans_reclaimed`` (preemptions
   with reason ``reclaim``); ``unfinished`` jobs; ``decisions`` and ``fallback_decisions``
-  (decisions whose status is ``fallback``);
+  (decisions whose status is ``fallback``), ``event_decisions`` (made at an arrival or
+  completion instant by the event path, see ``SimConfig.events``);
+* ``makespan_s``: last job end − first submission (NaN when jobs are left unfinished);
+  ``throughput_jobs_per_h``: jobs finished inside ``W`` per hour of ``W``;
 * ``gpu_hours``: GPU-hours the jobs asked for (true runtime × GPUs, every job of the log);
   ``gpu_hours_held``: GPU-hours the jobs held GPUs over the whole run (host segments only: a
   guest sharing a host's GPUs holds none, as in ``utilization``);
@@ -167,6 +170,9 @@ def summarize(log: EventLog, window: tuple[float, float] | None = None) -> dict[
         "loans_reclaimed": float(sum(1 for r in p["reason"] if r == "reclaim")),
         "decisions": float(len(log.decisions["t"])),
         "fallback_decisions": float(sum(1 for st in log.decisions["status"] if st == "fallback")),
+        "event_decisions": float(sum(1 for e in log.decisions.get("event", ()) if e)),
+        "makespan_s": _makespan(a),
+        "throughput_jobs_per_h": _throughput(a, w0, w1),
         "unfinished": float(np.isnan(a["end"]).sum()),
         "jobs": float(len(a["end"])),
         "guaranteed_jobs": float(a["guaranteed"].sum()),
@@ -178,6 +184,23 @@ def summarize(log: EventLog, window: tuple[float, float] | None = None) -> dict[
         "window_s": float(span),
         **accuracy(log),
     }
+
+
+def _makespan(a: dict[str, np.ndarray]) -> float:
+    """Last end − first submission (NaN if no job finished); unfinished jobs make it NaN too,
+    since the run stopped before the trace was done."""
+    if len(a["end"]) == 0 or np.isnan(a["end"]).any():
+        return math.nan
+    return float(a["end"].max() - a["submit"].min())
+
+
+def _throughput(a: dict[str, np.ndarray], w0: float, w1: float) -> float:
+    """Jobs finished inside the window per hour of the window."""
+    if w1 <= w0:
+        return math.nan
+    end = a["end"]
+    done = ~np.isnan(end) & (end >= w0) & (end <= w1)
+    return float(done.sum()) / ((w1 - w0) / 3600.0)
 
 
 def _held_gpu_seconds(log: EventLog) -> np.ndarray:

@@ -9,7 +9,8 @@ POLICIES: dict[str, str] = {
     "tiresias": "Tiresias discretised 2D-LAS with preemption, pooled",
     "kueue": "Kueue-like quota + borrowing + reclaim, no sharing",
     "gandiva": "Gandiva-like greedy packer (sharing, no interference model)",
-    "lucid": "Lucid-like non-intrusive sharing (low sharing scores only)",
+    "lucid": "Lucid-like: estimate priority, share-score packing, adaptive switch-off",
+    "antman": "AntMan-like guaranteed (quota, preempts) / opportunistic (idle GPUs, squeezed)",
     "optsched": "the optsched engine (solve_epoch)",
 }
 """Every policy name, with a one-line description."""

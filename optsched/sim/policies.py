@@ -20,9 +20,13 @@ name               what it does                                                 
 ``gandiva``        FIFO with backfill; a job that cannot start alone is packed as an      Gandiva (OSDI'18),
                    MPS guest on the first running job whose GPUs fit it in memory (no      packing only
                    interference model); pooled
-``lucid``          QSSF order; non-intrusive sharing: packs a job as a guest only on a    Lucid (ASPLOS'23)
-                   host of the same GPU count when both profiled sharing scores are low
-                   (tiny+tiny or tiny+medium) and memory fits; never preempts; pooled
+``lucid``          priority = estimated runtime × GPUs; packs a job (≤ 8 GPUs) first on   Lucid (ASPLOS'23)
+                   a running job of the same GPU count whose measured share score adds
+                   to at most 2 with its own and whose memory fits; packing off under
+                   low recent arrival rate (then strict priority, blocking); no preemption
+``antman``         guaranteed jobs on quota (FIFO), preempting opportunistic work to get  AntMan (OSDI'20)
+                   it; opportunistic jobs on idle GPUs, squeezed in as MPS guests when
+                   none are left
 ``optsched``       the engine: :func:`optsched.solve_epoch` (lazy import)                 this project
 =================  ====================================================================  =====================
 
@@ -34,6 +38,7 @@ default), so the preempting baselines only preempt best-effort jobs and MPS gues
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -247,6 +252,8 @@ class DecisionBuilder:
         t = st.node_type(refs[0].node)
         if t not in st.allowed_types(guest) or not st.snapshot.gpu_types[t].mps:
             return False
+        if guest.tenant != host.tenant and st.borrow_limit(guest.tenant, t) == 0:
+            return False  # a tenant that may not borrow shares only its own hosts
         mg, mh = self._memory(guest), self._memory(host)
         if mg is None or mh is None:
             return False
@@ -278,7 +285,9 @@ class DecisionBuilder:
             return
         guest = self.guest_of_host.pop(job.id, None)
         if guest is not None and guest in self.running:
-            self.preempt(self.running[guest], reason)
+            # a guest runs on no loan: it goes with its host, by priority
+            why = PreemptReason.PRIORITY if reason == PreemptReason.RECLAIM else reason
+            self.preempt(self.running[guest], why)
         t = st.job_type(job)
         key = (job.tenant, t)
         self.use[key] -= job.gpus
@@ -489,16 +498,48 @@ class GandivaPolicy(_Heuristic):
 
 
 class LucidPolicy(_Heuristic):
-    """QSSF order; pair only low-sharing-score jobs of equal GPU count; never preempt."""
+    """Lucid-like (ASPLOS'23), following the rules of Lucid's own simulator policy:
+
+    * **priority from the runtime estimate**: the queue is sorted by ``runtime_s × gpus``
+      (Lucid multiplies its LightGBM estimate by the GPU count; the snapshot's ``runtime_s``
+      is that estimate when ``Venus_Sept_lgb.csv`` sits next to the trace), smallest first;
+    * **packing rule on measured share scores**: a job of at most ``max_pack_gpus`` GPUs is
+      first offered to a running job that holds its GPUs alone, has the same GPU count, fits
+      with it in GPU memory, whose profiled share score (``single_data.csv`` ``label``: 0
+      tiny, 1 medium, 2 jumbo) adds with the job's to at most ``max_label_sum``, and whose
+      priority is at least half the job's (Lucid's time-aware pair picker); the first such
+      job in start order becomes its host. Otherwise the job starts alone where it fits, and
+      the queue goes on (no blocking);
+    * **adaptive switch-off of packing under low load**: Lucid turns packing off when its
+      throughput predictor expects at most ``low_load_jobs`` GPU jobs per 10-minute bin over
+      the next five bins; this policy has no look into the future and uses the arrivals of
+      the last five bins instead (jobs it has seen submitted). With packing off, the queue is
+      strict priority order: the first job that does not fit blocks the rest, as in Lucid.
+
+    Never preempts; pooled like the other heuristics (``borrow_limit`` 0 in partitioned mode
+    keeps every tenant inside its quota).
+    """
 
     name = "lucid"
 
-    def __init__(self, max_label_sum: int = 1, interference: Interference | None = None) -> None:
+    def __init__(self, max_label_sum: int = 2, interference: Interference | None = None,
+                 *, max_pack_gpus: int = 8, low_load_jobs: float = 2.0,
+                 bin_s: float = 600.0, bins: int = 5) -> None:
         self.max_label_sum = max_label_sum
+        self.max_pack_gpus = max_pack_gpus
+        self.low_load_jobs = low_load_jobs
+        self.bin_s = bin_s
+        self.bins = bins
         self.prof = interference or synthetic_interference()
+        self._seen: set[str] = set()
+        self._arrivals: list[float] = []  # submission times seen, ascending
 
     def order(self, pending: list[Job], snapshot: Snapshot) -> list[Job]:
-        return sorted(pending, key=lambda j: (estimate(j) * j.gpus, j.submit_s, j.id))
+        return sorted(pending, key=lambda j: (self.priority(j), j.submit_s, j.id))
+
+    @staticmethod
+    def priority(job: Job) -> float:
+        return estimate(job) * job.gpus
 
     def label(self, job: Job) -> int | None:
         f = job.features or {}
@@ -509,19 +550,130 @@ class LucidPolicy(_Heuristic):
         p = self.prof.profile(key)
         return None if p is None else p.label
 
+    def packing_on(self, snapshot: Snapshot) -> bool:
+        """Whether recent arrivals (jobs per bin over the last ``bins`` bins) exceed the
+        low-load threshold."""
+        for job in snapshot.jobs:
+            if job.id not in self._seen:
+                self._seen.add(job.id)
+                bisect.insort(self._arrivals, job.submit_s)
+        since = snapshot.now - self.bins * self.bin_s
+        k = bisect.bisect_right(self._arrivals, since)
+        del self._arrivals[:k]
+        return len(self._arrivals) / self.bins > self.low_load_jobs
+
+    def decide(self, snapshot: Snapshot, state: ClusterState) -> Decision:
+        t0 = time.perf_counter()
+        b = DecisionBuilder(state)
+        order = self.order(state.pending(), snapshot)
+        if self.packing_on(snapshot):
+            self.fill(b, order)
+        else:
+            for job in order:
+                if not b.start(job):
+                    break
+        return b.decision(self.name, order, time.perf_counter() - t0)
+
     def fill(self, b: DecisionBuilder, order: list[Job]) -> None:
         for job in order:
+            if job.gpus <= self.max_pack_gpus and self._pack(b, job):
+                continue
+            b.start(job)
+
+    def _pack(self, b: DecisionBuilder, job: Job) -> bool:
+        lj = self.label(job)
+        if lj is None:
+            return False
+        prio = self.priority(job)
+        hosts = sorted(b.hosts(), key=lambda h: (h.start_s if h.start_s is not None
+                                                 else b.now, h.id))
+        for host in hosts:
+            if host.gpus != job.gpus:
+                continue
+            lh = self.label(host)
+            if lh is None or lj + lh > self.max_label_sum:
+                continue
+            if prio > 2.0 * self.priority(host):
+                continue
+            if b.start_guest(job, host):
+                return True
+        return False
+
+
+class AntManPolicy(_Heuristic):
+    """AntMan-like (OSDI'20) guaranteed / opportunistic scheduling.
+
+    * **guaranteed jobs** (``qos: guaranteed``) run on their tenant's quota, in FIFO order;
+      when the free GPUs do not hold one that fits its tenant's quota, opportunistic work is
+      preempted for it (on-loan jobs first, then best-effort jobs and MPS guests, most
+      recently started first) — AntMan's guaranteed jobs take their GPUs back at once;
+    * **opportunistic jobs** (best-effort, and guaranteed ones beyond their quota), FIFO:
+      they start on idle GPUs (on loan when above quota, within every ``borrow_limit``), and
+      when no idle GPUs are left a job of at most ``max_guest_gpus`` GPUs is *squeezed* in as
+      an MPS guest of a running job whose GPU memory leaves room (most free memory first),
+      as AntMan packs opportunistic jobs onto GPUs under-used by guaranteed ones. The
+      simulator's measured pair speeds slow both jobs of a pair (AntMan's GPU-level priority
+      for the guaranteed job is not modelled).
+
+    Preempts only preemptible work, on-loan jobs and guests (the checker's rule).
+    """
+
+    name = "antman"
+
+    def __init__(self, max_guest_gpus: int = 8) -> None:
+        self.max_guest_gpus = max_guest_gpus
+
+    def decide(self, snapshot: Snapshot, state: ClusterState) -> Decision:
+        t0 = time.perf_counter()
+        b = DecisionBuilder(state)
+        order = sorted(state.pending(), key=_fifo_key)
+        opportunistic: list[Job] = []
+        for job in order:
+            if job.qos != "guaranteed" or (not b.start(job, own_only=True) and not self._make_room(b, job)):
+                opportunistic.append(job)
+        for job in opportunistic:
             if b.start(job):
                 continue
-            lj = self.label(job)
-            if lj is None or lj >= 2:
+            if job.gpus > self.max_guest_gpus or not job.is_shareable:
                 continue
-            for host in sorted(b.hosts(), key=lambda h: (h.gpus, h.id)):
-                lh = self.label(host)
-                if host.gpus != job.gpus or lh is None or lj + lh > self.max_label_sum:
-                    continue
+            room = {h.id: self._room(b, h) for h in b.hosts()}
+            for host in sorted(b.hosts(), key=lambda h: (-room[h.id], h.id)):
                 if b.start_guest(job, host):
                     break
+        return b.decision(self.name, order, time.perf_counter() - t0)
+
+    @staticmethod
+    def _room(b: DecisionBuilder, host: Job) -> float:
+        st = b.state
+        refs = host.allocation if host.allocation is not None else [
+            r for s in b.starts if s.job == host.id for r in s.allocation]
+        mem = st.snapshot.gpu_types[st.node_type(refs[0].node)].memory_gib
+        return mem - (host.memory_gib or mem)
+
+    def _make_room(self, b: DecisionBuilder, job: Job) -> bool:
+        """Preempt opportunistic work so that guaranteed ``job`` starts inside its quota."""
+        st = b.state
+        for t in st.allowed_types(job):
+            if b.own[(job.tenant, t)] + job.gpus > st.quota(job.tenant, t):
+                continue
+            short = job.gpus - b.free_count(t)
+            victims = [v for v in b.running.values()
+                       if v.id not in b.preempted and v.id not in st.host_of
+                       and st.job_type(v) == t and (v.on_loan or v.is_preemptible)]
+            victims.sort(key=lambda v: (not v.on_loan, -(v.start_s or 0.0), v.id))
+            chosen: list[Job] = []
+            for v in victims:
+                if short <= 0:
+                    break
+                chosen.append(v)
+                short -= v.gpus
+            if short > 0:
+                continue
+            for v in chosen:
+                b.preempt(v, PreemptReason.RECLAIM if v.on_loan else PreemptReason.PRIORITY)
+            if b.start(job, own_only=True):
+                return True
+        return False
 
 
 # --------------------------------------------------------------------------- optsched
@@ -575,6 +727,8 @@ class OptschedPolicy:
         self.params = SolveParams(backend=backend, time_limit_s=time_limit_s, seed=seed,
                                   num_workers=num_workers)
         self.predictor_name = predictor
+        self.event_fallbacks = 0
+        """Event decisions the event path could not make (the full model made them)."""
         self.predictor: Any = None
         if predictor == "oracle":
             if truth is None:
@@ -602,6 +756,19 @@ class OptschedPolicy:
         # the state is already validated: solve_epoch accepts it as is
         return solve_epoch(state, params=params, predictor=self.predictor)
 
+    def decide_event(self, snapshot: Snapshot, state: ClusterState) -> Decision:
+        """Between epochs: the engine's event path (:func:`optsched.engine.events.decide_event`),
+        or the full model when the event path cannot give a checked decision."""
+        from optsched.engine.epoch import default_predictor
+        from optsched.engine.events import EventPathError, decide_event
+
+        pred = self.predictor if self.predictor is not None else default_predictor()
+        try:
+            return decide_event(state, predictor=pred, weights=self.params.objective)
+        except EventPathError:
+            self.event_fallbacks += 1
+            return self.decide(snapshot, state)
+
 
 def make_policy(name: str, *, seed: int = 0, truth: GroundTruth | None = None,
                 options: dict[str, Any] | None = None) -> Policy:
@@ -615,6 +782,7 @@ def make_policy(name: str, *, seed: int = 0, truth: GroundTruth | None = None,
         "kueue": KueuePolicy,
         "gandiva": GandivaPolicy,
         "lucid": lambda: LucidPolicy(interference=truth.interference if truth else None),
+        "antman": AntManPolicy,
         "optsched": lambda: OptschedPolicy(seed=seed, truth=truth, **opts),
     }
     if name not in factories:

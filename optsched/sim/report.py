@@ -402,10 +402,23 @@ def _settings(summary: dict[str, Any]) -> list[str]:
         trig = (f"at every epoch tick and also after each arrival or completion, at most one "
                 f"per {cfg.get('min_gap_s', math.nan):g} s" if cfg.get("trigger")
                 else "at epoch ticks only")
+        if cfg.get("events"):
+            dec = (f"- **decisions**: epoch {cfg.get('epoch_s', math.nan):g} s; mode `events` "
+                   "(decide at every epoch tick and at every arrival or completion instant; "
+                   "optsched uses its event path between epochs and its full model at the "
+                   "ticks; only when a job is pending).")
+        else:
+            dec = (f"- **decisions**: epoch {cfg.get('epoch_s', math.nan):g} s; trigger mode "
+                   f"`{'trigger' if cfg.get('trigger') else 'no-trigger'}` (decide {trig}; "
+                   "only when a job is pending).")
+        mode = cfg.get("mode", "pooled")
         lines += [
-            f"- **decisions**: epoch {cfg.get('epoch_s', math.nan):g} s; trigger mode "
-            f"`{'trigger' if cfg.get('trigger') else 'no-trigger'}` (decide {trig}; only "
-            "when a job is pending).",
+            dec,
+            f"- **mode**: `{mode}` ("
+            + ("every tenant's quota is a hard partition: no loans, guests on own hosts"
+               if mode == "partitioned" else "idle quota may be lent to other tenants")
+            + f"); arrivals time-compressed by {_num(cfg.get('load_scale', 1.0)):g} "
+            "(`--load-scale`).",
             f"- **ground truth**: runtime jitter {cfg.get('runtime_jitter', math.nan):g}, "
             f"pair jitter {cfg.get('pair_jitter', math.nan):g} (log-normal sigmas); "
             f"checkpoint every {cfg.get('checkpoint_s', math.nan):g} s; restart overhead "

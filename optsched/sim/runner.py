@@ -47,7 +47,8 @@ class RunSpec:
 
 def _trace_for(spec: RunSpec) -> Trace:
     return load_trace(spec.trace, qos_delay_s=spec.qos_delay_s, guarantee=spec.guarantee,
-                      max_jobs=spec.max_jobs, lucid_dir=spec.lucid_dir)
+                      max_jobs=spec.max_jobs, lucid_dir=spec.lucid_dir,
+                      load_scale=spec.config.load_scale)
 
 
 def run_one(spec: RunSpec, trace: Trace | None = None) -> EventLog:

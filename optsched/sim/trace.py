@@ -467,12 +467,56 @@ def load_trace(
     vc_config: str | Path | None = None,
     estimates: str | Path | None = None,
     lucid_dir: str | Path | None = None,
+    load_scale: float = 1.0,
 ) -> Trace:
     """Load ``mini`` (the shipped trace), a Venus job log or an openb pod list (by name).
 
     The mini trace always uses the synthetic interference model (its jobs name synthetic
     profiles); a Venus log uses Lucid's measurements from ``lucid_dir`` or the traces path
-    when found (:func:`resolve_interference`)."""
+    when found (:func:`resolve_interference`). ``load_scale`` time-compresses the arrivals
+    (:func:`scale_arrivals`)."""
+    tr = _load_trace(spec, qos_delay_s=qos_delay_s, guarantee=guarantee, max_jobs=max_jobs,
+                     vc_config=vc_config, estimates=estimates, lucid_dir=lucid_dir)
+    if load_scale != 1.0:
+        openb = Path(str(spec)).name.startswith("openb_pod_list")
+        tr = scale_arrivals(tr, load_scale, None if openb else (guarantee or GuaranteeRule()))
+    return tr
+
+
+def scale_arrivals(trace: Trace, factor: float, guarantee: GuaranteeRule | None) -> Trace:
+    """``trace`` with its arrivals time-compressed by ``factor`` (> 0).
+
+    Every submission time ``s`` becomes ``s0 + (s - s0) / factor``, ``s0`` the first one; the
+    jobs, their durations and the cluster stay the same, so the offered load (GPU-hours asked
+    over capacity × the submission window) is multiplied by ``factor``. The guarantee labels
+    are recomputed on the compressed arrivals with ``guarantee`` (a tenant then has more jobs
+    active at once, so more of them are best-effort); ``None`` keeps them (openb: the qos
+    class is the label).
+    """
+    if not factor > 0 or math.isinf(factor):
+        raise ValueError(f"load scale must be a positive number, not {factor}")
+    if not trace.jobs:
+        return trace
+    s0 = min(j.submit_s for j in trace.jobs)
+    jobs = [replace(j, submit_s=s0 + (j.submit_s - s0) / factor) for j in trace.jobs]
+    if guarantee is not None:
+        tenants = {t.id: t for t in trace.tenants}
+        by_id = {j.id: j for j in guarantee.apply(jobs, tenants)}
+        jobs = [by_id[j.id] for j in jobs]
+    note = f"arrivals time-compressed by {factor:g} (--load-scale)"
+    return replace(trace, jobs=tuple(jobs), notes=(*trace.notes, note))
+
+
+def _load_trace(
+    spec: str | Path,
+    *,
+    qos_delay_s: float,
+    guarantee: GuaranteeRule | None,
+    max_jobs: int | None,
+    vc_config: str | Path | None,
+    estimates: str | Path | None,
+    lucid_dir: str | Path | None,
+) -> Trace:
     if str(spec) == MINI_TRACE:
         if lucid_dir is not None:
             log.warning("the mini trace names synthetic profiles only: ignoring lucid_dir '%s' "

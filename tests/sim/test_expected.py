@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,9 +19,11 @@ from tests.sim.conftest import EXACT
 
 
 def _replay(trace: Trace, **options: object) -> Simulator:
-    truth = GroundTruth(trace, 0, EXACT)
+    # the full model at every arrival and completion (the event path announces no expected starts)
+    cfg = dataclasses.replace(EXACT, events=False)
+    truth = GroundTruth(trace, 0, cfg)
     pol = make_policy("optsched", truth=truth, options={"predictor": "oracle", **options})
-    sim = Simulator(trace, pol, seed=0, config=EXACT, truth=truth)
+    sim = Simulator(trace, pol, seed=0, config=cfg, truth=truth)
     sim.run()
     return sim
 

@@ -55,7 +55,7 @@ def test_heuristic_decisions_pass_checker_and_snapshots_validate(policy: str,
     assert snaps["n"] > 50 and snaps["running"] > 0
     assert m["unfinished"] == 0
     assert 0.2 < m["utilization"] <= 1.0
-    if policy in ("gandiva", "lucid"):
+    if policy in ("gandiva", "lucid", "antman"):
         assert snaps["colocated"] > 0, "a sharing policy should pack some jobs"
     else:
         assert snaps["colocated"] == 0

@@ -1,0 +1,310 @@
+"""The event path: a fast, incremental decision between epochs.
+
+Real schedulers admit a job the moment it arrives when it fits (Kueue admits in-quota workloads
+at once). :func:`decide_event` is that admission step for optsched: on an arrival or a
+completion between two epochs it starts pending jobs that fit *now*, and leaves everything
+else (preemptions, reclaim, MPS pairing, the order of what does not fit) to the next epoch's
+full model (:func:`optsched.solve_epoch`).
+
+What it may do, so that the next epoch's model never has to undo it:
+
+1. **in-quota starts**: a pending job whose tenant has idle quota for its gang on an allowed
+   type, and free GPUs of that type, starts there, not on loan (gang-aware best-fit placement,
+   the engine's own placer). Guaranteed jobs come first, then every job by smallest estimated
+   GPU-time (``runtime_s × gpus``; unknown runtimes last), then submission time and id.
+2. **surplus loans** (``allow_loans``): only once no pending job that fits its own quota on a
+   type is left queued, a job may start above its quota on that type, on free GPUs, when the
+   idle quota of others covers it (loans derived as the engine derives them, within every
+   ``borrow_limit`` and ``lend_limit``). A loan is thus never taken from a tenant with work
+   of its own waiting for that type; a tenant whose guaranteed work arrives later gets its
+   quota back at the next epoch (reclaim), as it would from any loan of the full model.
+
+3. **safe MPS guests** (when a ``predictor`` is given): a job that could not start alone
+   joins a running job as its MPS guest when the predicted pair is safe (:func:`_guests`:
+   the same limits the full model's guest candidates obey).
+
+It never preempts. The decision's ``assurance`` is the previous
+one (the signal moves once per epoch) and ``assurance_state`` counts the guaranteed jobs it
+starts as met or missed without decaying the counts (decay is per epoch, see
+:mod:`optsched.engine.assurance`).
+
+Every decision passes :func:`optsched.engine.check.check_decision` (work conservation
+included) before it is returned; if it does not, :class:`EventPathError` is raised and the
+caller runs the full model instead. The result is a pure function of the snapshot and the
+arguments: no clock, no randomness.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import defaultdict
+from typing import Any
+
+from optsched.engine import assurance as asr
+from optsched.engine.check import check_decision, over_quota_note
+from optsched.engine.decide import _Placer, derive_loans
+from optsched.engine.objective import ObjectiveWeights
+from optsched.engine.state import ClusterState
+from optsched.errors import OptschedError
+from optsched.predict.base import Predictor
+from optsched.schema.decision import Decision, SolverInfo, Start
+from optsched.schema.snapshot import GpuRef, Job
+
+__all__ = ["EVENT_BACKEND", "EventPathError", "decide_event", "event_order"]
+
+EVENT_BACKEND = "event"
+"""``solver.backend`` of an event-path decision."""
+
+
+class EventPathError(OptschedError):
+    """The event path could not build a decision that passes the checker (run the full model)."""
+
+
+def event_order(jobs: list[Job]) -> list[Job]:
+    """The event path's order: guaranteed first, then smallest estimated GPU-time, then
+    submission time and id (deterministic)."""
+
+    def key(j: Job) -> tuple[int, float, float, str]:
+        rt = j.runtime_s
+        work = math.inf if rt is None else rt * j.gpus
+        return (0 if j.qos == "guaranteed" else 1, work, j.submit_s, j.id)
+
+    return sorted(jobs, key=key)
+
+
+def _signal(state: ClusterState) -> dict[str, asr.TenantAssurance]:
+    """The previous epoch's assurance per tenant (1 when unknown), for the lender order."""
+    prev = state.snapshot.assurance_state or {}
+    out: dict[str, asr.TenantAssurance] = {}
+    for ten in state.tenant_ids:
+        a = float(prev.get(ten, {}).get("a", 1.0))
+        out[ten] = asr.TenantAssurance(a, 1.0, 1.0, 1.0, 0)
+    return out
+
+
+def _next_state(state: ClusterState, started: set[str]) -> dict[str, dict[str, Any]]:
+    """``assurance_state`` after the event: started guaranteed jobs counted, no decay."""
+    snap = state.snapshot
+    prev = snap.assurance_state or {}
+    out: dict[str, dict[str, Any]] = {}
+    counted: dict[str, list[Job]] = defaultdict(list)
+    for job in state.pending():
+        if job.qos == "guaranteed" and job.id in started:
+            counted[job.tenant].append(job)
+    for ten in state.tenant_ids:
+        st = prev.get(ten, {})
+        met = float(st.get("met", 0.0))
+        total = float(st.get("total", 0.0))
+        missed = set(st.get("missed", []))
+        d, _ = asr.max_delay(state, ten)
+        for job in counted.get(ten, ()):
+            if job.id in missed:
+                missed.discard(job.id)  # counted as missed when its wait passed the target
+                continue
+            total += 1.0
+            met += 1.0 if snap.now - job.submit_s <= d else 0.0
+        out[ten] = {
+            "a": round(float(st.get("a", 1.0)), 6),
+            "met": round(met, 6),
+            "total": round(total, 6),
+            "missed": sorted(missed),
+        }
+    return out
+
+
+def decide_event(state: ClusterState, *, allow_loans: bool = True,
+                 hold_for_quota: bool = True, predictor: Predictor | None = None,
+                 weights: ObjectiveWeights | None = None) -> Decision:
+    """Start the pending jobs of ``state`` that fit now (see the module docstring).
+
+    ``predictor`` (the engine's pair predictor) enables MPS guests on safe pairs; ``weights``
+    gives ``min_guest_speed`` (default :class:`ObjectiveWeights`). ``hold_for_quota=False``
+    lets jobs borrow even while an in-quota job waits for the type (for experiments).
+
+    Raises
+    ------
+    EventPathError
+        The decision failed :func:`check_decision` (the caller should run the full model).
+    """
+    t0 = time.perf_counter()
+    snap = state.snapshot
+    held: dict[str, set[int]] = defaultdict(set)
+    for nid, g in state.gpu_holders:
+        held[nid].add(g)
+    pool = state.pool_gpus
+    free: dict[str, list[int]] = {}
+    nodes_by_type: dict[str, list[str]] = defaultdict(list)
+    free_n = {t: 0 for t in state.type_names}
+    for node in snap.nodes:
+        if not node.available:
+            continue
+        h = held.get(node.id, ())
+        idle = [g for g in range(node.gpus) if g not in h and (node.id, g) not in pool]
+        free[node.id] = idle
+        nodes_by_type[node.gpu_type].append(node.id)
+        free_n[node.gpu_type] += len(idle)
+    placer = _Placer(free, nodes_by_type)
+
+    use: dict[tuple[str, str], int] = defaultdict(int)
+    own: dict[tuple[str, str], int] = defaultdict(int)
+    for job in state.running():
+        if job.id in state.host_of:
+            continue
+        key = (job.tenant, state.job_type(job))
+        use[key] += job.gpus
+        if not job.on_loan:
+            own[key] += job.gpus
+    signal = _signal(state)
+    _, kept = derive_loans(state, use, signal)  # over-quota use no lender covers today
+
+    def covered(key: tuple[str, str], gpus: int) -> bool:
+        """Whether ``gpus`` more GPUs of ``key`` leave every excess covered (as before)."""
+        use[key] += gpus
+        _, unc = derive_loans(state, use, signal, kept)
+        ok = all(n <= kept.get(k, 0) for k, n in unc.items())
+        if not ok:
+            use[key] -= gpus
+        return ok
+
+    starts: list[Start] = []
+    started: set[str] = set()
+    order = event_order(state.pending())
+
+    def try_start(job: Job, on_loan: bool) -> bool:
+        for t in state.allowed_types(job):
+            key = (job.tenant, t)
+            if free_n.get(t, 0) < job.gpus or key in kept:
+                continue
+            inside = own[key] + job.gpus <= state.quota(job.tenant, t)
+            if inside == on_loan:
+                continue
+            if not covered(key, job.gpus):
+                continue
+            free_n[t] -= job.gpus
+            if not on_loan:
+                own[key] += job.gpus
+            starts.append(Start(job=job.id, allocation=placer.place(t, job.gpus), on_loan=on_loan))
+            started.add(job.id)
+            return True
+        return False
+
+    blocked: set[str] = set()  # types on which an in-quota job stays queued
+    for job in order:
+        if not try_start(job, on_loan=False):
+            for t in state.allowed_types(job):
+                if own[(job.tenant, t)] + job.gpus <= state.quota(job.tenant, t):
+                    blocked.add(t)
+    if allow_loans:
+        for job in order:
+            if job.id in started:
+                continue
+            if hold_for_quota and any(t in blocked for t in state.allowed_types(job)):
+                continue
+            try_start(job, on_loan=True)
+
+    if predictor is not None:
+        guests = _guests(state, [j for j in order if j.id not in started], starts, predictor,
+                         weights or ObjectiveWeights(), signal)
+        starts += guests
+        started.update(s.job for s in guests)
+
+    loans, uncovered = derive_loans(state, use, signal, kept)
+    notes = [f"event path: {len(starts)} start(s) between epochs"]
+    notes += [over_quota_note(ten, t, n) for (ten, t), n in sorted(uncovered.items())]
+    queue = [j.id for j in order if j.id not in started]
+    prev = snap.assurance_state or {}
+    decision = Decision(
+        now=snap.now,
+        status="feasible",
+        solver=SolverInfo(backend=EVENT_BACKEND, seconds=0.0, notes=notes),
+        start=sorted(starts, key=lambda s: s.job),
+        preempt=[],
+        queue=queue,
+        loans=loans,
+        assurance={t: round(float(prev.get(t, {}).get("a", 1.0)), 6) for t in state.tenant_ids},
+        assurance_state=_next_state(state, started),
+    )
+    bad = check_decision(state, decision)
+    if bad:
+        msg = "; ".join(str(v) for v in bad[:5])
+        raise EventPathError(f"event path decision failed the checker: {msg}")
+    decision.solver.seconds = round(time.perf_counter() - t0, 6)
+    return decision
+
+
+MAX_HOSTS_SCANNED = 16
+"""Per guest job, at most this many hosts (least memory first) get a pair prediction."""
+MAX_GUEST_JOBS = 16
+"""Per event, at most this many waiting jobs (in the event order) look for a host."""
+
+
+def _guests(
+    state: ClusterState,
+    waiting: list[Job],
+    starts: list[Start],
+    predictor: Predictor,
+    weights: ObjectiveWeights,
+    signal: dict[str, asr.TenantAssurance],
+) -> list[Start]:
+    """MPS guests for jobs that could not start alone, on *safe* pairs only: the host runs
+    alone on an MPS type, both jobs are shareable with known memory that fits together, the
+    predicted host slowdown is within the host tenant's assurance-driven limit
+    (:func:`optsched.engine.assurance.max_host_slowdown`) and the guest's predicted speed is
+    at least ``weights.min_guest_speed``; among a job's safe hosts, the fastest pair (sum of
+    both speeds, then host id) wins. The first ``MAX_GUEST_JOBS`` shareable waiting jobs of
+    the event order are tried (the epoch's model considers every job). A guest of a tenant
+    with ``borrow_limit`` 0 on the type shares only its own tenant's hosts."""
+    snap = state.snapshot
+    just_started = {s.job for s in starts}
+    hosts: list[Job] = []
+    for job in state.running():
+        if job.id in state.host_of or job.colocated or job.id in just_started:
+            continue
+        if not job.is_shareable or job.memory_gib is None:
+            continue
+        if not snap.gpu_types[state.job_type(job)].mps:
+            continue
+        if asr.max_host_slowdown(signal[job.tenant].value) <= 0.0:
+            continue
+        hosts.append(job)
+    hosts.sort(key=lambda h: (h.memory_gib or 0.0, h.id))
+    taken: set[str] = set()
+    out: list[Start] = []
+    tried = 0
+    for job in waiting:
+        if not hosts or tried >= MAX_GUEST_JOBS:
+            break
+        if not job.is_shareable or job.memory_gib is None:
+            continue
+        tried += 1
+        allowed = state.allowed_types(job)
+        best: tuple[float, str, Job] | None = None
+        scanned = 0
+        for h in hosts:
+            if scanned >= MAX_HOSTS_SCANNED:
+                break
+            if h.id in taken or h.gpus < job.gpus:
+                continue
+            t = state.job_type(h)
+            if t not in allowed or job.memory_gib + (h.memory_gib or 0.0) > snap.gpu_types[t].memory_gib:
+                continue
+            if h.tenant != job.tenant and state.borrow_limit(job.tenant, t) == 0:
+                continue
+            scanned += 1
+            pair = predictor.predict_pair(state, h, job)
+            if 1.0 - pair.host_speed > asr.max_host_slowdown(signal[h.tenant].value):
+                continue
+            if pair.guest_speed < weights.min_guest_speed:
+                continue
+            score = pair.host_speed + pair.guest_speed
+            if best is None or (-score, h.id) < (-best[0], best[1]):
+                best = (score, h.id, h)
+        if best is None:
+            continue
+        host = best[2]
+        taken.add(host.id)
+        assert host.allocation is not None
+        alloc = [GpuRef(node=r.node, gpu=r.gpu) for r in host.allocation[: job.gpus]]
+        out.append(Start(job=job.id, allocation=alloc, on_loan=False, colocated_with=[host.id]))
+    return out

@@ -1,0 +1,158 @@
+"""The simulator's event decisions, pooled/partitioned modes and --load-scale."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from optsched.cli.simulate import register
+from optsched.schema.decision import Decision
+from optsched.schema.snapshot import Snapshot
+from optsched.sim.cluster import SimConfig, Simulator
+from optsched.sim.metrics import summarize
+from optsched.sim.policies import make_policy
+from optsched.sim.runner import RunSpec, run_one
+from optsched.sim.trace import GuaranteeRule, Trace, load_trace, scale_arrivals
+
+JOBS = 150
+
+
+@pytest.fixture(scope="module")
+def mini() -> Trace:
+    return load_trace("mini", max_jobs=JOBS)
+
+
+def test_load_scale_compresses_arrivals_and_multiplies_offered_load(mini: Trace) -> None:
+    fast = scale_arrivals(mini, 2.0, GuaranteeRule())
+    s0 = min(j.submit_s for j in mini.jobs)
+    for a, b in zip(mini.jobs, fast.jobs, strict=True):
+        assert a.id == b.id and a.duration_s == b.duration_s and a.gpus == b.gpus
+        assert b.submit_s == pytest.approx(s0 + (a.submit_s - s0) / 2.0)
+    assert any("time-compressed by 2" in n for n in fast.notes)
+    cfg = SimConfig(max_sim_s=None)
+    base = summarize(run_one(RunSpec(trace="mini", policy="fifo", seed=0, max_jobs=JOBS,
+                                     config=cfg), mini))
+    spec = RunSpec(trace="mini", policy="fifo", seed=0, max_jobs=JOBS,
+                   config=SimConfig(load_scale=2.0))
+    scaled = summarize(run_one(spec))  # load_trace applies the scale itself
+    assert scaled["offered_load"] == pytest.approx(2.0 * base["offered_load"], rel=1e-9)
+    assert scaled["window_s"] == pytest.approx(base["window_s"] / 2.0, rel=1e-9)
+    assert scaled["gpu_hours"] == pytest.approx(base["gpu_hours"], rel=1e-12)
+    # more jobs of a tenant overlap, so no more of them can stay guaranteed
+    assert sum(j.qos == "guaranteed" for j in fast.jobs) <= sum(
+        j.qos == "guaranteed" for j in mini.jobs)
+    with pytest.raises(ValueError, match="positive"):
+        scale_arrivals(mini, 0.0, None)
+
+
+@pytest.mark.parametrize("policy", ["kueue", "gandiva", "lucid", "antman", "optsched"])
+def test_partitioned_mode_makes_no_loans(policy: str, mini: Trace) -> None:
+    seen: list[Snapshot] = []
+
+    def keep(snap: Snapshot, d: Decision) -> None:
+        if not seen:
+            seen.append(snap)
+        assert d.loans == []
+        assert not any(s.on_loan for s in d.start)
+
+    opts = {"backend": "greedy"} if policy == "optsched" else {}
+    sim = Simulator(mini, make_policy(policy, options=opts), seed=0,
+                    config=SimConfig(mode="partitioned"), on_decision=keep)
+    m = summarize(sim.run())
+    assert m["loans_made"] == 0 and m["unfinished"] == 0
+    assert all(t.borrow_limit == dict.fromkeys(t.quota, 0) for t in seen[0].tenants)
+    pooled = summarize(Simulator(mini, make_policy(policy, options=opts), seed=0).run())
+    assert pooled["loans_made"] > 0
+
+
+def test_bad_mode_is_rejected(mini: Trace) -> None:
+    with pytest.raises(ValueError, match="pooled or partitioned"):
+        Simulator(mini, make_policy("fifo"), config=SimConfig(mode="shared"))
+
+
+def test_event_decisions_at_arrivals_use_the_event_path(mini: Trace) -> None:
+    decisions: list[tuple[float, str]] = []
+    pol = make_policy("optsched", options={"backend": "greedy"})
+    sim = Simulator(mini, pol, seed=0, config=SimConfig(),
+                    on_decision=lambda s, d: decisions.append((s.now, d.solver.backend)))
+    log = sim.run()
+    ev = log.decisions["event"]
+    assert len(ev) == len(decisions)
+    backends = {b for (_, b), e in zip(decisions, ev, strict=True) if e}
+    full = {b for (_, b), e in zip(decisions, ev, strict=True) if not e}
+    # event decisions come from the event path (or the full model when it could not)
+    assert "event" in backends and backends <= {"event", "greedy"}
+    assert "event" not in full
+    # epoch decisions sit on the epoch grid; event decisions at arrival/completion instants
+    submits = {j.submit_s for j in mini.jobs}
+    ends = set(log.jobs["end_s"])
+    for (t, _), e in zip(decisions, ev, strict=True):
+        if e:
+            assert t in submits or t in ends
+        else:
+            assert t % sim.cfg.epoch_s == 0
+    m = summarize(log)
+    assert m["event_decisions"] == sum(ev) > 0 and m["unfinished"] == 0
+
+
+def test_events_cut_queueing_delay_of_jobs_that_fit(mini: Trace) -> None:
+    opts = {"backend": "greedy"}
+    on = run_one(RunSpec(trace="mini", policy="optsched", seed=0, max_jobs=JOBS,
+                         policy_options=opts), mini)
+    off = run_one(RunSpec(trace="mini", policy="optsched", seed=0, max_jobs=JOBS,
+                          policy_options=opts,
+                          config=SimConfig(events=False, trigger=False)), mini)
+    # the first job arrives to an empty cluster: with events it starts at its submission,
+    # without them at the next epoch tick
+    first = min(range(len(on.jobs["id"])), key=lambda k: on.jobs["submit_s"][k])
+    assert on.jobs["start_s"][first] == on.jobs["submit_s"][first]
+    assert off.jobs["start_s"][first] > off.jobs["submit_s"][first]
+    assert summarize(on)["avg_queue_delay_s"] < summarize(off)["avg_queue_delay_s"]
+    assert summarize(off)["event_decisions"] == 0
+
+
+def _app() -> typer.Typer:
+    app = typer.Typer()
+    register(app)
+
+    @app.callback()
+    def _root() -> None:
+        pass
+
+    return app
+
+
+def test_simulate_both_modes_side_by_side(tmp_path: Path) -> None:
+    out = tmp_path / "both"
+    res = CliRunner().invoke(_app(), [
+        "simulate", "--trace", "mini", "--policies", "fifo,antman", "--seeds", "0",
+        "--out", str(out), "--max-jobs", "80", "--mode", "both", "--load-scale", "1.5",
+        "--no-plots",
+    ])
+    assert res.exit_code == 0, res.output
+    both = json.loads((out / "summary.json").read_text())
+    assert set(both["modes"]) == {"pooled", "partitioned"}
+    for mode in ("pooled", "partitioned"):
+        s = json.loads((out / mode / "summary.json").read_text())
+        assert s["config"]["mode"] == mode and s["config"]["load_scale"] == 1.5
+        assert s["command"]["mode"] == mode
+        assert both["modes"][mode]["policies"]["fifo"] == s["policies"]["fifo"]
+    part = both["modes"]["partitioned"]["policies"]
+    assert part["antman"]["loans_made"]["mean"] == 0
+    text = (out / "summary.md").read_text()
+    assert "| antman |" in text and "avg queue (s) pooled" in text
+    assert "avg queue (s) partitioned" in text
+    offered = both["modes"]["pooled"]["policies"]["fifo"]["offered_load"]["mean"]
+    assert math.isfinite(offered) and offered > 0
+
+
+def test_simulate_rejects_bad_mode_and_scale(tmp_path: Path) -> None:
+    for args in (["--mode", "mixed"], ["--load-scale", "0"]):
+        res = CliRunner().invoke(_app(), ["simulate", "--trace", "mini", "--policies", "fifo",
+                                          "--out", str(tmp_path), *args])
+        assert res.exit_code == 2, res.output
