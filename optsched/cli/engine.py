@@ -154,18 +154,26 @@ def schema(
 
 
 def generate(
-    size: Annotated[str, typer.Option(help="tiny, venus, medium or large")] = "tiny",
+    size: Annotated[str, typer.Option(help="tiny, venus, medium, large or fleet")] = "tiny",
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
+    gpus: Annotated[
+        int | None, typer.Option(help="fleet only: GPUs (a multiple of 8, e.g. 100000); default 10000")
+    ] = None,
     out: Annotated[Path | None, typer.Option("-o", "--out")] = None,
 ) -> None:
     """Generate a valid random snapshot."""
     from optsched.instances import generate as gen
 
-    if size not in ("tiny", "venus", "medium", "large"):
-        fail("--size", f"unknown size '{size}' (tiny, venus, medium, large)")
+    if size not in ("tiny", "venus", "medium", "large", "fleet"):
+        fail("--size", f"unknown size '{size}' (tiny, venus, medium, large, fleet)")
     if seed < 0:
         fail("--seed", "must be >= 0")
-    emit(json.dumps(gen(size, seed), indent=1), out)  # type: ignore[arg-type]
+    if gpus is not None and size != "fleet":
+        fail("--gpus", "only --size fleet takes a GPU count")
+    if gpus is not None and (gpus < 64 or gpus % 8):
+        fail("--gpus", f"a fleet has a multiple of 8 GPUs, at least 64 (got {gpus})")
+    indent = 1 if size != "fleet" else None  # a 100,000-GPU fleet is 30 MB on one line
+    emit(json.dumps(gen(size, seed, gpus=gpus), indent=indent), out)  # type: ignore[arg-type]
 
 
 def show_versions() -> None:

@@ -343,6 +343,12 @@ class Options(_Strict):
         default=None,
         description="Backend-specific native solver parameters, from an allow-list (added by optsched).",
     )
+    partitions: Annotated[int, Field(ge=1)] | Literal["auto"] | None = Field(
+        default=None,
+        description="Split the epoch into this many parts solved in parallel and merged by a "
+        "coordination step (added by optsched); auto: one part per 10,000 GPUs; null or 1: one "
+        "model (see docs/partitioning.md).",
+    )
 
 
 class Snapshot(_Strict):
