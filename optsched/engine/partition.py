@@ -212,10 +212,14 @@ def split(state: ClusterState, k: int, seed: int = 0, options: Options | None = 
     # 4. pending jobs to their tenant's home part; if it lacks the gang's type, the next part
     #    that has it; gangs no part can hold go to the coordination step
     leftover: list[str] = []
+    fits_of: dict[tuple[int, tuple[str, ...]], list[int]] = {}
     for job in state.pending():
         allowed = state.allowed_types(job)
         p = home[job.tenant]
-        fits = [q for q in range(k) if any(cap[t][q] >= job.gpus for t in allowed)]
+        fits = fits_of.get((job.gpus, allowed))
+        if fits is None:
+            fits = [q for q in range(k) if any(cap[t][q] >= job.gpus for t in allowed)]
+            fits_of[(job.gpus, allowed)] = fits
         if p in fits or (not fits and not any(fleet_cap.get(t, 0) > 0 for t in allowed)):
             part_jobs[p].append(job)  # (unplaceable anywhere: the home part says why)
         elif fits:
@@ -435,13 +439,16 @@ def merge(
             use[(job.tenant, state.node_type(s.allocation[0].node))] += job.gpus
     fleet = _Fleet.build(state, holders)
 
+    quota = {(o, t): state.quota(o, t) for o in state.tenant_ids for t in state.type_names}
+    lend_limit = {(o, t): state.lend_limit(o, t) for o in state.tenant_ids for t in state.type_names}
+
     def lendable(ten: str, t: str) -> int:
-        idle = state.quota(ten, t) - use[(ten, t)]
-        ll = state.lend_limit(ten, t)
+        idle = quota[(ten, t)] - use[(ten, t)]
+        ll = lend_limit[(ten, t)]
         return max(0, idle if ll is None else min(idle, ll))
 
     def excess(ten: str, t: str) -> int:
-        return max(0, use[(ten, t)] - state.quota(ten, t))
+        return max(0, use[(ten, t)] - quota[(ten, t)])
 
     # per type: idle quota the tenants could lend, and use above quota to cover (kept current)
     supply = {t: sum(lendable(o, t) for o in state.tenant_ids) for t in state.type_names}
@@ -483,7 +490,8 @@ def merge(
     for (ten, t), gpus in sorted(uncovered.items()):
         notes.append(over_quota_note(ten, t, gpus))
     queue = [j for j in queued if j.id not in started_ids]
-    reasons = {j.id: _reason(state, fleet, j) for j in queue}
+    capacity = state.capacity()
+    reasons = {j.id: _reason(state, capacity, fleet, j) for j in queue}
     signal = asr.compute(state)
     statuses = [r.decision.status for r in results]
     status: Literal["optimal", "feasible", "fallback"] = "fallback" if "fallback" in statuses else "feasible"
@@ -583,9 +591,8 @@ def _derive_loans(
     return loans, uncovered
 
 
-def _reason(state: ClusterState, fleet: _Fleet, job: Job) -> QueueReason:
+def _reason(state: ClusterState, cap: dict[str, int], fleet: _Fleet, job: Job) -> QueueReason:
     allowed = state.allowed_types(job)
-    cap = state.capacity()
     if not any(cap.get(t, 0) > 0 for t in allowed):
         return QueueReason.TYPE_UNAVAILABLE
     if not any(cap.get(t, 0) >= job.gpus for t in allowed):
