@@ -141,6 +141,7 @@ def solve_epoch(
     predictor: Predictor | None = None,
     partitions: int | str | None = None,
     executor: str = "auto",
+    assurance: dict[str, asr.TenantAssurance] | None = None,
 ) -> Decision:
     """Decide one epoch.
 
@@ -160,6 +161,9 @@ def solve_epoch(
     executor:
         Where the parts run: ``auto`` (Ray when initialised, else processes), ``ray``,
         ``process`` or ``serial``; the decision is the same on each.
+    assurance:
+        The assurance signal to decide with instead of the one computed from the snapshot (a
+        part of a partitioned epoch gets the whole fleet's).
 
     Raises
     ------
@@ -175,7 +179,7 @@ def solve_epoch(
     paused = gc.isenabled()
     gc.disable()
     try:
-        return _solve_epoch(snapshot, params, pred, partitions, executor)
+        return _solve_epoch(snapshot, params, pred, partitions, executor, assurance)
     finally:
         if paused:
             gc.enable()
@@ -187,6 +191,7 @@ def _solve_epoch(
     pred: Predictor,
     partitions: int | str | None = None,
     executor: str = "auto",
+    assurance: dict[str, asr.TenantAssurance] | None = None,
 ) -> Decision:
     t0 = time.monotonic()
     stage: dict[str, float] = {}
@@ -216,7 +221,7 @@ def _solve_epoch(
             d.solver.seconds = round(time.monotonic() - t0, 6)
             return d
     try:
-        ep = _prepare(state, params, pred, stage)
+        ep = _prepare(state, params, pred, stage, assurance)
     except (OptschedError, ValueError):
         raise
     except Exception as exc:  # pragma: no cover - a bug in predictions or candidates
@@ -245,7 +250,13 @@ def _partitions(state: ClusterState, value: int | str | None) -> int:
     return resolve_partitions(value, state)
 
 
-def _prepare(state: ClusterState, params: SolveParams, pred: Predictor, stage: dict[str, float]) -> _Epoch:
+def _prepare(
+    state: ClusterState,
+    params: SolveParams,
+    pred: Predictor,
+    stage: dict[str, float],
+    assurance: dict[str, asr.TenantAssurance] | None = None,
+) -> _Epoch:
     from optsched.engine.candidates import build_problem
 
     notes: list[str] = []
@@ -255,7 +266,7 @@ def _prepare(state: ClusterState, params: SolveParams, pred: Predictor, stage: d
         predictions = pred.predict_jobs(state)
         stage["predict"] = time.monotonic() - t
         t = time.monotonic()
-        signal = asr.compute(state)
+        signal = asr.compute(state) if assurance is None else assurance
         problem = build_problem(state, predictions, pred, signal, params.objective)
         stage["candidates"] = time.monotonic() - t
     for w in caught:

@@ -296,12 +296,16 @@ class PartResult:
     """CPU seconds of the worker process for this part (what an idle core would take)."""
 
 
-def solve_part(part: Snapshot, params: SolveParams) -> PartResult:
-    """Solve one part with the ordinary pipeline (a top-level function: runs in a worker)."""
+def solve_part(
+    part: Snapshot, params: SolveParams, signal: dict[str, asr.TenantAssurance] | None = None
+) -> PartResult:
+    """Solve one part with the ordinary pipeline (a top-level function: runs in a worker),
+    with the whole fleet's assurance ``signal`` (a tenant whose jobs wait in another part is
+    not "assured" here, so its running jobs are not cheaper victims or MPS hosts)."""
     from optsched.engine.epoch import solve_epoch
 
     t, c = time.monotonic(), time.process_time()
-    d = solve_epoch(part, params=params)
+    d = solve_epoch(part, params=params, assurance=signal)
     return PartResult(
         d, time.monotonic() - t, len(part.jobs), sum(n.gpus for n in part.nodes), time.process_time() - c
     )
@@ -326,25 +330,30 @@ def ray_ready() -> bool:
     return bool(ray.is_initialized())
 
 
-def run_parts(parts: list[Snapshot], params: SolveParams, executor: Executor = "auto") -> list[PartResult]:
+def run_parts(
+    parts: list[Snapshot],
+    params: SolveParams,
+    executor: Executor = "auto",
+    signal: dict[str, asr.TenantAssurance] | None = None,
+) -> list[PartResult]:
     """Solve every part, in part order: on Ray (``ray``, or ``auto`` when Ray is initialised),
     in processes (``process``, or ``auto`` without Ray), or in this process (``serial``)."""
     mode = executor
     if mode == "auto":
         mode = "ray" if ray_ready() else "process" if len(parts) > 1 else "serial"
     if mode == "serial":
-        return [solve_part(p, params) for p in parts]
+        return [solve_part(p, params, signal) for p in parts]
     if mode == "ray":
         import ray
 
         if not ray.is_initialized():
             ray.init(include_dashboard=False, log_to_driver=False)
-        task = ray.remote(num_cpus=1, max_retries=2)(solve_part)
-        refs = [task.remote(p, params) for p in parts]
+        task: Any = ray.remote(num_cpus=1, max_retries=2)(solve_part)
+        refs = [task.remote(p, params, signal) for p in parts]
         return list(ray.get(refs))
     workers = max(1, min(len(parts), os.cpu_count() or 1))
     pool = _pool(workers)
-    return list(pool.map(solve_part, parts, [params] * len(parts)))
+    return list(pool.map(solve_part, parts, [params] * len(parts), [signal] * len(parts)))
 
 
 # --------------------------------------------------------------------------- coordination
@@ -408,8 +417,10 @@ def merge(
     state: ClusterState,
     results: list[PartResult],
     leftover: list[str],
+    signal: dict[str, asr.TenantAssurance] | None = None,
 ) -> Decision:
-    """The coordination step: merge the parts' decisions into one for the whole fleet."""
+    """The coordination step: merge the parts' decisions into one for the whole fleet
+    (``signal``: the fleet's assurance, computed here when not given)."""
     snap = state.snapshot
     starts: list[Start] = []
     preempt = []
@@ -496,7 +507,8 @@ def merge(
     queue = [j for j in queued if j.id not in started_ids]
     capacity = state.capacity()
     reasons = {j.id: _reason(state, capacity, fleet, j) for j in queue}
-    signal = asr.compute(state)
+    if signal is None:
+        signal = asr.compute(state)
     statuses = [r.decision.status for r in results]
     status: Literal["optimal", "feasible", "fallback"] = "fallback" if "fallback" in statuses else "feasible"
     part_notes = [
@@ -629,7 +641,8 @@ def solve_partitioned(
     stage["split"] = sp.seconds
     stage["split_cpu"] = time.process_time() - c
     t = time.monotonic()
-    results = run_parts(sp.parts, part_params, executor)
+    signal = asr.compute(state)
+    results = run_parts(sp.parts, part_params, executor, signal)
     stage["parts_wall"] = time.monotonic() - t
     stage["part_max"] = max(r.seconds for r in results)
     stage["part_cpu_max"] = max(r.cpu_seconds for r in results)
@@ -638,7 +651,7 @@ def solve_partitioned(
         stage[f"part{p}"] = r.seconds
         stage[f"part{p}_cpu"] = r.cpu_seconds
     t, c = time.monotonic(), time.process_time()
-    d = merge(state, results, sp.leftover)
+    d = merge(state, results, sp.leftover, signal)
     stage["merge"] = time.monotonic() - t
     stage["merge_cpu"] = time.process_time() - c
     t, c = time.monotonic(), time.process_time()
