@@ -188,8 +188,8 @@ def test_gang_larger_than_every_part_starts_in_the_coordination_step() -> None:
 def test_a_rejected_merge_falls_back_to_one_model(monkeypatch: pytest.MonkeyPatch) -> None:
     st = state_of(_two_part_snapshot())
 
-    def broken(state: ClusterState, results: list[P.PartResult], leftover: list[str]) -> Any:
-        d = real(state, results, leftover)
+    def broken(state: ClusterState, *args: Any) -> Any:
+        d = real(state, *args)
         d.start = d.start + d.start[:1]  # a job started twice: invariant 2 and 5
         return d
 
@@ -209,3 +209,49 @@ def test_decision_value_scores_one_model_as_its_objective(fleet: ClusterState) -
     # the greedy plan starts the best members of every class: job by job equals by class
     assert P.decision_value(problem, fleet, d) == pytest.approx(d.solver.objective, rel=1e-9)
     assert not check_decision(fleet, d)
+
+
+def _part(state: ClusterState, start: list[Any], queue: list[str]) -> P.PartResult:
+    """A part's answer, written by hand (what a part that cannot see the lender would say)."""
+    from optsched.schema.decision import Decision, SolverInfo
+
+    d = Decision(now=state.snapshot.now, status="feasible", solver=SolverInfo(backend="greedy", seconds=0.0),
+                 start=start, queue=queue)
+    return P.PartResult(d, 0.0, len(state.snapshot.jobs), 8)
+
+
+def _reclaim_snapshot(running_on_loan: bool) -> dict[str, Any]:
+    from optsched.testing import running
+
+    data = cluster(nodes={"n0": ("A100", 8)}, tenants={"a": {"A100": 8}, "b": {"A100": 0}})
+    data["jobs"] = [pending("a1", "a", 8, submit_s=1_000.0)]  # waited 9,000 s of a 600 s target
+    if running_on_loan:
+        data["jobs"].append(running("r1", "b", [("n0", g) for g in range(8)], start_s=9_000.0,
+                                    qos="best_effort", on_loan=True))
+    else:
+        data["jobs"].append(pending("b1", "b", 8, submit_s=9_000.0, qos="best_effort"))
+    return data
+
+
+def test_coordination_takes_back_a_start_on_loan_for_a_reclaim() -> None:
+    from optsched.engine import assurance as asr
+    from optsched.schema.decision import Start
+
+    st = state_of(_reclaim_snapshot(running_on_loan=False))
+    assert asr.compute(st)["a"].reclaim
+    alloc = [{"node": "n0", "gpu": g} for g in range(8)]
+    part = _part(st, [Start.model_validate({"job": "b1", "allocation": alloc, "on_loan": True})], ["a1"])
+    d = P.merge(st, [part], [])
+    assert_decision_valid(st, d)
+    assert [s.job for s in d.start] == ["a1"] and not d.start[0].on_loan
+    assert d.queue == ["b1"] and d.loans == [] and d.preempt == []
+
+
+def test_coordination_reclaims_a_running_job_on_loan() -> None:
+    st = state_of(_reclaim_snapshot(running_on_loan=True))
+    d = P.merge(st, [_part(st, [], ["a1"])], [])
+    assert_decision_valid(st, d)
+    assert [s.job for s in d.start] == ["a1"]
+    assert [(p.job, p.reason.value) for p in d.preempt] == [("r1", "reclaim")]
+    assert d.queue == [] and d.loans == []
+    assert "stopped 1 running job(s)" in d.solver.notes[0]

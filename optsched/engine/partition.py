@@ -46,7 +46,16 @@ from typing import TYPE_CHECKING, Any, Literal
 from optsched.engine import assurance as asr
 from optsched.engine.check import over_quota_note
 from optsched.engine.state import ClusterState
-from optsched.schema.decision import Decision, JobPrediction, Loan, QueueReason, SolverInfo, Start
+from optsched.schema.decision import (
+    Decision,
+    JobPrediction,
+    Loan,
+    Preempt,
+    PreemptReason,
+    QueueReason,
+    SolverInfo,
+    Start,
+)
 from optsched.schema.snapshot import GpuRef, Job, Node, Options, Snapshot, Tenant
 
 if TYPE_CHECKING:
@@ -394,6 +403,17 @@ class _Fleet:
         self.total[t] -= len(got)
         return [GpuRef(node=node, gpu=x) for x in got]
 
+    def release(self, t: str, refs: Sequence[GpuRef]) -> None:
+        """Give GPUs back (a preempted job's)."""
+        for ref in refs:
+            have = self.free.setdefault(ref.node, [])
+            if have:
+                del self.buckets[t][len(have)][ref.node]
+            have.append(ref.gpu)
+            have.sort()
+            self.buckets[t][len(have)][ref.node] = None
+            self.total[t] += 1
+
     def place(self, t: str, g: int) -> list[GpuRef]:
         """``g`` free GPUs of type ``t`` (the caller checked ``total[t] >= g``): the
         best-fitting node when one holds the gang, else the fullest nodes first."""
@@ -407,6 +427,18 @@ class _Fleet:
             s = max(s for s, ns in b.items() if ns)
             out += self._take(t, next(iter(b[s])), min(s, g - len(out)))
         return out
+
+
+@dataclass(frozen=True)
+class _Victim:
+    """What the coordination step may undo for a reclaim: a part's start on loan, a running
+    job on loan, or a preemptible running job (priority)."""
+
+    job: Job
+    kind: Literal["start", "loan", "priority"]
+    tenant: str
+    gpus: int
+    refs: tuple[GpuRef, ...]
 
 
 def _queue_key(job: Job) -> tuple[int, float, str]:
@@ -423,7 +455,7 @@ def merge(
     (``signal``: the fleet's assurance, computed here when not given)."""
     snap = state.snapshot
     starts: list[Start] = []
-    preempt = []
+    preempt: list[Preempt] = []
     predictions: dict[str, JobPrediction] = {}
     for r in results:
         starts += r.decision.start
@@ -469,33 +501,135 @@ def merge(
     supply = {t: sum(lendable(o, t) for o in state.tenant_ids) for t in state.type_names}
     demand = {t: sum(excess(o, t) for o in state.tenant_ids) for t in state.type_names}
 
-    # fill: queued jobs on the leftover capacity, global quota and loans
+    def shift(t: str, changes: dict[str, int]) -> tuple[int, int]:
+        """Change of (supply, demand) on ``t`` if tenants' use changed by ``changes``."""
+        ds = dd = 0
+        for o, n in changes.items():
+            ds -= lendable(o, t)
+            dd -= excess(o, t)
+            use[(o, t)] += n
+            ds += lendable(o, t)
+            dd += excess(o, t)
+            use[(o, t)] -= n
+        return ds, dd
+
+    if signal is None:
+        signal = asr.compute(state)
+    # on-loan running jobs a reclaim may stop: not preempted by a part, no MPS pair involved
+    # and, after them, preemptible jobs not on loan (a priority preemption: within the tenant's
+    # preemption cap, after its minimum runtime); never a guaranteed job inside quota
+    hosts = set(state.host_of.values()) | {h for st_ in starts for h in st_.colocated_with or ()}
+    pool: dict[str, list[_Victim]] = defaultdict(list)
+    cancelled: set[str] = set()
+    for st_ in starts:
+        if st_.on_loan and not st_.colocated_with and st_.job not in hosts:
+            j = state.job(st_.job)
+            pool[state.node_type(st_.allocation[0].node)].append(
+                _Victim(j, "start", j.tenant, j.gpus, tuple(st_.allocation))
+            )
+    lost: dict[str, int] = defaultdict(int)
+    for p in preempt:
+        j = state.job(p.job)
+        if p.reason == PreemptReason.PRIORITY and not j.on_loan:
+            lost[j.tenant] += j.gpus
+    tenants = {ten.id: ten for ten in snap.tenants}
+    for job in state.running():
+        if job.id in stopped or job.id in hosts or job.id in state.host_of:
+            continue
+        assert job.allocation is not None
+        if any(not state.node_available(r.node) for r in job.allocation):
+            continue
+        if not job.on_loan:
+            pre = tenants[job.tenant].preemption
+            least = job.min_runtime_s if job.min_runtime_s is not None else pre.min_runtime_s if pre else 0.0
+            if not job.is_preemptible or (job.start_s is not None and snap.now - job.start_s < least):
+                continue
+        pool[state.job_type(job)].append(
+            _Victim(job, "loan" if job.on_loan else "priority", job.tenant, job.gpus, tuple(job.allocation))
+        )
+    rank = {"start": 0, "loan": 1, "priority": 2}
+    for t in pool:
+        pool[t].sort(key=lambda v: (rank[v.kind], v.gpus, v.job.restart_cost_s, v.job.id))
+    reclaimed: list[Preempt] = []
+
+    def cap_left(ten: str) -> float:
+        pre = tenants[ten].preemption
+        if pre is None or pre.max_gpus_per_epoch is None:
+            return math.inf
+        return pre.max_gpus_per_epoch - lost[ten]
+
+    # fill: queued jobs on the leftover capacity, global quota and loans; a guaranteed job of a
+    # tenant whose assurance asks for reclaim may stop on-loan jobs anywhere in the fleet
     queued = [j for j in state.pending() if j.id not in started_ids]
     queued.sort(key=_queue_key)
     added: list[Start] = []
     for job in queued:
         for t in state.allowed_types(job):
             g = job.gpus
-            if fleet.total.get(t, 0) < g:
-                continue
             ten = job.tenant
+            victims: list[_Victim] = []
+            changes: dict[str, int] = defaultdict(int)
+            changes[ten] += g
+            ds, dd = shift(t, changes)
+            room = fleet.total.get(t, 0)
+            if room < g or supply[t] + ds - (demand[t] + dd) < 0:
+                # room (and cover for the loans the start would cut) from stops, if the tenant
+                # is due a reclaim and the job is guaranteed inside its global quota
+                if not (
+                    job.qos == "guaranteed"
+                    and signal[ten].reclaim
+                    and quota.get((ten, t), 0) - use[(ten, t)] >= g
+                ):
+                    continue
+                taken: dict[str, int] = defaultdict(int)
+                for v in pool.get(t, ()):
+                    short = room < g
+                    bare = supply[t] + ds - (demand[t] + dd) < 0  # loans left without cover
+                    if not short and not bare:
+                        break
+                    if v.tenant == ten or (bare and not short and v.kind == "priority"):
+                        continue
+                    if v.kind == "priority":
+                        if taken[v.tenant] + v.gpus > cap_left(v.tenant):
+                            continue
+                        taken[v.tenant] += v.gpus
+                    victims.append(v)
+                    room += v.gpus
+                    changes[v.tenant] -= v.gpus
+                    ds, dd = shift(t, changes)
+                if room < g or supply[t] + ds - (demand[t] + dd) < 0:
+                    continue
             bl = state.borrow_limit(ten, t)
-            before_l, before_e = lendable(ten, t), excess(ten, t)
-            use[(ten, t)] += g
-            after_l, after_e = lendable(ten, t), excess(ten, t)
             # the start may neither leave use above quota that no idle quota covers (what it
             # takes from its tenant's lendable idle quota counts) nor pass the borrow limit
-            ok = supply[t] - before_l + after_l - (demand[t] - before_e + after_e) >= 0
-            if not ok or (bl is not None and after_e > bl and after_e > before_e):
-                use[(ten, t)] -= g
+            before_e = excess(ten, t)
+            use[(ten, t)] += g
+            after_e = excess(ten, t)
+            use[(ten, t)] -= g
+            if bl is not None and after_e > bl and after_e > before_e:
                 continue
-            supply[t] += after_l - before_l
-            demand[t] += after_e - before_e
+            supply[t] += ds
+            demand[t] += dd
+            for o, n in changes.items():
+                use[(o, t)] += n
+            for v in victims:
+                fleet.release(t, v.refs)
+                pool[t].remove(v)
+                if v.kind == "start":
+                    cancelled.add(v.job.id)
+                    continue
+                why = PreemptReason.RECLAIM if v.kind == "loan" else PreemptReason.PRIORITY
+                if v.kind == "priority":
+                    own_kept[(v.tenant, t)] -= v.gpus
+                    lost[v.tenant] += v.gpus
+                reclaimed.append(Preempt(job=v.job.id, reason=why, lost_s=v.job.restart_cost_s))
             alloc = fleet.place(t, g)
             added.append(Start(job=job.id, allocation=alloc))
             started_ids.add(job.id)
             break
-    starts += added
+    starts = [x for x in starts if x.job not in cancelled] + added
+    started_ids -= cancelled
+    preempt += reclaimed
     starts = _relabel_loans(state, starts, own_kept)
     loans, uncovered = _derive_loans(state, use)
     notes = [
@@ -504,11 +638,12 @@ def merge(
     notes = sorted(set(notes))
     for (ten, t), gpus in sorted(uncovered.items()):
         notes.append(over_quota_note(ten, t, gpus))
-    queue = [j for j in queued if j.id not in started_ids]
+    queue = sorted(
+        [j for j in queued if j.id not in started_ids] + [state.job(x) for x in sorted(cancelled)],
+        key=_queue_key,
+    )
     capacity = state.capacity()
     reasons = {j.id: _reason(state, capacity, fleet, j) for j in queue}
-    if signal is None:
-        signal = asr.compute(state)
     statuses = [r.decision.status for r in results]
     status: Literal["optimal", "feasible", "fallback"] = "fallback" if "fallback" in statuses else "feasible"
     part_notes = [
@@ -519,7 +654,8 @@ def merge(
     ]
     head = (
         f"partitioned into {len(results)} parts; the coordination step started {len(added)} queued "
-        f"job(s) on the capacity the parts left free ({len(leftover)} gang(s) no part could hold)"
+        f"job(s) on the capacity the parts left free ({len(leftover)} gang(s) no part could hold) "
+        f"and stopped {len(reclaimed)} running job(s) for guaranteed jobs of tenants due a reclaim"
     )
     backends = sorted({r.decision.solver.backend for r in results})
     fallbacks = sorted({r.decision.solver.fallback_reason or "" for r in results} - {""})
