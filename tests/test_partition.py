@@ -255,3 +255,24 @@ def test_coordination_reclaims_a_running_job_on_loan() -> None:
     assert [(p.job, p.reason.value) for p in d.preempt] == [("r1", "reclaim")]
     assert d.queue == [] and d.loans == []
     assert "stopped 1 running job(s)" in d.solver.notes[0]
+
+
+@pytest.mark.parametrize("cap", [None, 4])
+def test_coordination_makes_quota_room_from_the_tenants_own_jobs(cap: int | None) -> None:
+    from optsched.testing import running
+
+    data = cluster(nodes={"n0": ("A100", 8)}, tenants={"a": {"A100": 8}})
+    if cap is not None:
+        data["tenants"][0]["preemption"] = {"max_gpus_per_epoch": cap}
+    data["jobs"] = [
+        pending("a1", "a", 8, submit_s=1_000.0),
+        running("r1", "a", [("n0", g) for g in range(8)], start_s=9_000.0, qos="best_effort"),
+    ]
+    st = state_of(data)
+    d = P.merge(st, [_part(st, [], ["a1"])], [])
+    assert_decision_valid(st, d)
+    if cap is None:
+        assert [s.job for s in d.start] == ["a1"]
+        assert [(p.job, p.reason.value) for p in d.preempt] == [("r1", "priority")]
+    else:  # the cap (4 GPUs) forbids stopping the 8-GPU job
+        assert d.start == [] and d.preempt == [] and d.queue == ["a1"]

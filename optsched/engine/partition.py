@@ -431,8 +431,8 @@ class _Fleet:
 
 @dataclass(frozen=True)
 class _Victim:
-    """What the coordination step may undo for a reclaim: a part's start on loan, a running
-    job on loan, or a preemptible running job (priority)."""
+    """What the coordination step may undo for a reclaim: a part's start on loan or of a
+    best-effort job, a running job on loan, or a preemptible running job (priority)."""
 
     job: Job
     kind: Literal["start", "loan", "priority"]
@@ -522,8 +522,8 @@ def merge(
     pool: dict[str, list[_Victim]] = defaultdict(list)
     cancelled: set[str] = set()
     for st_ in starts:
-        if st_.on_loan and not st_.colocated_with and st_.job not in hosts:
-            j = state.job(st_.job)
+        j = state.job(st_.job)
+        if (st_.on_loan or j.qos == "best_effort") and not st_.colocated_with and st_.job not in hosts:
             pool[state.node_type(st_.allocation[0].node)].append(
                 _Victim(j, "start", j.tenant, j.gpus, tuple(st_.allocation))
             )
@@ -559,74 +559,97 @@ def merge(
         return pre.max_gpus_per_epoch - lost[ten]
 
     # fill: queued jobs on the leftover capacity, global quota and loans; a guaranteed job of a
-    # tenant whose assurance asks for reclaim may stop on-loan jobs anywhere in the fleet
+    # tenant whose assurance asks for reclaim may undo starts and stop jobs anywhere in the fleet
     queued = [j for j in state.pending() if j.id not in started_ids]
     queued.sort(key=_queue_key)
     added: list[Start] = []
-    for job in queued:
-        for t in state.allowed_types(job):
-            g = job.gpus
-            ten = job.tenant
-            victims: list[_Victim] = []
-            changes: dict[str, int] = defaultdict(int)
-            changes[ten] += g
-            ds, dd = shift(t, changes)
-            room = fleet.total.get(t, 0)
-            if room < g or supply[t] + ds - (demand[t] + dd) < 0:
-                # room (and cover for the loans the start would cut) from stops, if the tenant
-                # is due a reclaim and the job is guaranteed inside its global quota
-                if not (
-                    job.qos == "guaranteed"
-                    and signal[ten].reclaim
-                    and quota.get((ten, t), 0) - use[(ten, t)] >= g
-                ):
-                    continue
-                taken: dict[str, int] = defaultdict(int)
-                for v in pool.get(t, ()):
-                    short = room < g
-                    bare = supply[t] + ds - (demand[t] + dd) < 0  # loans left without cover
-                    if not short and not bare:
-                        break
-                    if v.tenant == ten or (bare and not short and v.kind == "priority"):
-                        continue
-                    if v.kind == "priority":
-                        if taken[v.tenant] + v.gpus > cap_left(v.tenant):
-                            continue
-                        taken[v.tenant] += v.gpus
-                    victims.append(v)
-                    room += v.gpus
-                    changes[v.tenant] -= v.gpus
-                    ds, dd = shift(t, changes)
-                if room < g or supply[t] + ds - (demand[t] + dd) < 0:
-                    continue
-            bl = state.borrow_limit(ten, t)
-            # the start may neither leave use above quota that no idle quota covers (what it
-            # takes from its tenant's lendable idle quota counts) nor pass the borrow limit
-            before_e = excess(ten, t)
-            use[(ten, t)] += g
-            after_e = excess(ten, t)
-            use[(ten, t)] -= g
-            if bl is not None and after_e > bl and after_e > before_e:
+    # pass 1: guaranteed jobs of tenants due a reclaim, inside their quota only (they may stop
+    # others); pass 2: every job still queued, on loan too, stopping nothing
+    for first in (True, False):
+        for job in queued:
+            if job.id in started_ids:
                 continue
-            supply[t] += ds
-            demand[t] += dd
-            for o, n in changes.items():
-                use[(o, t)] += n
-            for v in victims:
-                fleet.release(t, v.refs)
-                pool[t].remove(v)
-                if v.kind == "start":
-                    cancelled.add(v.job.id)
+            due = job.qos == "guaranteed" and signal[job.tenant].reclaim
+            if first and not due:
+                continue
+            for t in state.allowed_types(job):
+                g = job.gpus
+                ten = job.tenant
+                victims: list[_Victim] = []
+                changes: dict[str, int] = defaultdict(int)
+                changes[ten] += g
+                room = fleet.total.get(t, 0)
+                taken: dict[str, int] = defaultdict(int)
+                if first:
+                    # quota room first: the tenant's own starts of this epoch, then its own
+                    # preemptible jobs (same tenant: a priority preemption)
+                    qroom = quota.get((ten, t), 0) - use[(ten, t)]
+                    for v in pool.get(t, ()) if qroom < g else ():
+                        if v.tenant != ten or v.kind == "loan":
+                            continue
+                        if v.kind == "priority":
+                            if taken[ten] + v.gpus > cap_left(ten):
+                                continue
+                            taken[ten] += v.gpus
+                        victims.append(v)
+                        room += v.gpus
+                        qroom += v.gpus
+                        changes[ten] -= v.gpus
+                        if qroom >= g:
+                            break
+                    if qroom < g:
+                        continue
+                ds, dd = shift(t, changes)
+                if room < g or supply[t] + ds - (demand[t] + dd) < 0:
+                    # room (and cover for the loans the start would cut) from stops, if the tenant
+                    # is due a reclaim and the job is guaranteed inside its global quota
+                    if not first:
+                        continue
+                    for v in pool.get(t, ()):
+                        short = room < g
+                        bare = supply[t] + ds - (demand[t] + dd) < 0  # loans left without cover
+                        if not short and not bare:
+                            break
+                        if v.tenant == ten or (bare and not short and excess(v.tenant, t) <= 0):
+                            continue  # when only cover is missing, only a borrower's stop gives it
+                        if v.kind == "priority":
+                            if taken[v.tenant] + v.gpus > cap_left(v.tenant):
+                                continue
+                            taken[v.tenant] += v.gpus
+                        victims.append(v)
+                        room += v.gpus
+                        changes[v.tenant] -= v.gpus
+                        ds, dd = shift(t, changes)
+                    if room < g or supply[t] + ds - (demand[t] + dd) < 0:
+                        continue
+                bl = state.borrow_limit(ten, t)
+                # the start may neither leave use above quota that no idle quota covers (what it
+                # takes from its tenant's lendable idle quota counts) nor pass the borrow limit
+                before_e = excess(ten, t)
+                use[(ten, t)] += g
+                after_e = excess(ten, t)
+                use[(ten, t)] -= g
+                if bl is not None and after_e > bl and after_e > before_e:
                     continue
-                why = PreemptReason.RECLAIM if v.kind == "loan" else PreemptReason.PRIORITY
-                if v.kind == "priority":
-                    own_kept[(v.tenant, t)] -= v.gpus
-                    lost[v.tenant] += v.gpus
-                reclaimed.append(Preempt(job=v.job.id, reason=why, lost_s=v.job.restart_cost_s))
-            alloc = fleet.place(t, g)
-            added.append(Start(job=job.id, allocation=alloc))
-            started_ids.add(job.id)
-            break
+                supply[t] += ds
+                demand[t] += dd
+                for o, n in changes.items():
+                    use[(o, t)] += n
+                for v in victims:
+                    fleet.release(t, v.refs)
+                    pool[t].remove(v)
+                    if v.kind == "start":
+                        cancelled.add(v.job.id)
+                        continue
+                    why = PreemptReason.RECLAIM if v.kind == "loan" else PreemptReason.PRIORITY
+                    if v.kind == "priority":
+                        own_kept[(v.tenant, t)] -= v.gpus
+                        lost[v.tenant] += v.gpus
+                    reclaimed.append(Preempt(job=v.job.id, reason=why, lost_s=v.job.restart_cost_s))
+                alloc = fleet.place(t, g)
+                added.append(Start(job=job.id, allocation=alloc))
+                started_ids.add(job.id)
+                break
     starts = [x for x in starts if x.job not in cancelled] + added
     started_ids -= cancelled
     preempt += reclaimed
