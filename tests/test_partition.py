@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -276,3 +277,20 @@ def test_coordination_makes_quota_room_from_the_tenants_own_jobs(cap: int | None
         assert [(p.job, p.reason.value) for p in d.preempt] == [("r1", "priority")]
     else:  # the cap (4 GPUs) forbids stopping the 8-GPU job
         assert d.start == [] and d.preempt == [] and d.queue == ["a1"]
+
+
+INSTANCE_DIR = Path(__file__).resolve().parents[1] / "instances" / "tiny"
+
+
+@pytest.mark.parametrize("name", [*sorted(p.stem for p in INSTANCE_DIR.glob("*.json")), "venus", "medium"])
+@pytest.mark.parametrize("k", [2, 3])
+def test_merged_decisions_pass_without_falling_back(name: str, k: int) -> None:
+    if name in ("venus", "medium"):
+        data = generate(name, seed=1)  # type: ignore[arg-type]
+    else:
+        data = json.loads((INSTANCE_DIR / f"{name}.json").read_text())
+    st = state_of(data)
+    d = solve_epoch(st, params=GREEDY, partitions=k, executor="serial")
+    assert d.solver.backend.startswith("partitioned:"), d.solver.notes  # the merge was accepted
+    assert_decision_valid(st, d)
+    assert d.status in ("feasible", "fallback")
