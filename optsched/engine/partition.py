@@ -38,7 +38,7 @@ import os
 import time
 import zlib
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -441,6 +441,60 @@ class _Victim:
     refs: tuple[GpuRef, ...]
 
 
+@dataclass
+class _Pick:
+    """The victims chosen for one start, and the use changes they and the start make."""
+
+    cap_left: Callable[[str], float]
+    victims: list[_Victim] = field(default_factory=list)
+    changes: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    chosen: set[str] = field(default_factory=set)
+    taken: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+    def take(self, v: _Victim) -> bool:
+        """Add ``v`` unless its tenant's preemption cap forbids it (priority victims)."""
+        if v.kind == "priority":
+            if self.taken[v.tenant] + v.gpus > self.cap_left(v.tenant):
+                return False
+            self.taken[v.tenant] += v.gpus
+        self.victims.append(v)
+        self.chosen.add(v.job.id)
+        self.changes[v.tenant] -= v.gpus
+        return True
+
+
+class _Pool:
+    """A type's victims, cheapest first (starts undone, then jobs on loan, then priority
+    victims; fewer GPUs, less restart cost first), by tenant too; removal is lazy."""
+
+    def __init__(self, victims: list[_Victim]) -> None:
+        rank = {"start": 0, "loan": 1, "priority": 2}
+        self.order = sorted(victims, key=lambda v: (rank[v.kind], v.gpus, v.job.restart_cost_s, v.job.id))
+        self.by_tenant: dict[str, list[_Victim]] = defaultdict(list)
+        self.tenant_gpus: dict[str, int] = defaultdict(int)
+        for v in self.order:
+            self.by_tenant[v.tenant].append(v)
+            self.tenant_gpus[v.tenant] += v.gpus
+        self.gpus = sum(v.gpus for v in self.order)
+        self.gone: set[str] = set()
+        self.head = 0
+
+    def live(self) -> Iterator[_Victim]:
+        while self.head < len(self.order) and self.order[self.head].job.id in self.gone:
+            self.head += 1
+        for v in self.order[self.head :]:
+            if v.job.id not in self.gone:
+                yield v
+
+    def of(self, tenant: str) -> Iterator[_Victim]:
+        return (v for v in self.by_tenant.get(tenant, ()) if v.job.id not in self.gone)
+
+    def remove(self, v: _Victim) -> None:
+        self.gone.add(v.job.id)
+        self.gpus -= v.gpus
+        self.tenant_gpus[v.tenant] -= v.gpus
+
+
 def _queue_key(job: Job) -> tuple[int, float, str]:
     return (0 if job.qos == "guaranteed" else 1, job.submit_s, job.id)
 
@@ -519,12 +573,12 @@ def merge(
     # and, after them, preemptible jobs not on loan (a priority preemption: within the tenant's
     # preemption cap, after its minimum runtime); never a guaranteed job inside quota
     hosts = set(state.host_of.values()) | {h for st_ in starts for h in st_.colocated_with or ()}
-    pool: dict[str, list[_Victim]] = defaultdict(list)
+    found: dict[str, list[_Victim]] = defaultdict(list)
     cancelled: set[str] = set()
     for st_ in starts:
         j = state.job(st_.job)
         if (st_.on_loan or j.qos == "best_effort") and not st_.colocated_with and st_.job not in hosts:
-            pool[state.node_type(st_.allocation[0].node)].append(
+            found[state.node_type(st_.allocation[0].node)].append(
                 _Victim(j, "start", j.tenant, j.gpus, tuple(st_.allocation))
             )
     lost: dict[str, int] = defaultdict(int)
@@ -544,12 +598,10 @@ def merge(
             least = job.min_runtime_s if job.min_runtime_s is not None else pre.min_runtime_s if pre else 0.0
             if not job.is_preemptible or (job.start_s is not None and snap.now - job.start_s < least):
                 continue
-        pool[state.job_type(job)].append(
+        found[state.job_type(job)].append(
             _Victim(job, "loan" if job.on_loan else "priority", job.tenant, job.gpus, tuple(job.allocation))
         )
-    rank = {"start": 0, "loan": 1, "priority": 2}
-    for t in pool:
-        pool[t].sort(key=lambda v: (rank[v.kind], v.gpus, v.job.restart_cost_s, v.job.id))
+    pool = {t: _Pool(vs) for t, vs in found.items()}
     reclaimed: list[Preempt] = []
 
     def cap_left(ten: str) -> float:
@@ -575,51 +627,53 @@ def merge(
             for t in state.allowed_types(job):
                 g = job.gpus
                 ten = job.tenant
-                victims: list[_Victim] = []
-                changes: dict[str, int] = defaultdict(int)
-                changes[ten] += g
+                pick = _Pick(cap_left)
+                pick.changes[ten] += g
+                victims, changes, chosen, take = pick.victims, pick.changes, pick.chosen, pick.take
                 room = fleet.total.get(t, 0)
-                taken: dict[str, int] = defaultdict(int)
+                vp = pool.get(t)
+
                 if first:
                     # quota room first: the tenant's own starts of this epoch, then its own
                     # preemptible jobs (same tenant: a priority preemption)
                     qroom = quota.get((ten, t), 0) - use[(ten, t)]
-                    for v in pool.get(t, ()) if qroom < g else ():
-                        if v.tenant != ten or v.kind == "loan":
-                            continue
-                        if v.kind == "priority":
-                            if taken[ten] + v.gpus > cap_left(ten):
-                                continue
-                            taken[ten] += v.gpus
-                        victims.append(v)
-                        room += v.gpus
-                        qroom += v.gpus
-                        changes[ten] -= v.gpus
-                        if qroom >= g:
-                            break
+                    if qroom < g and (vp is None or qroom + vp.tenant_gpus.get(ten, 0) < g):
+                        continue
+                    for v in vp.of(ten) if qroom < g and vp is not None else ():
+                        if v.kind != "loan" and take(v):
+                            room += v.gpus
+                            qroom += v.gpus
+                            if qroom >= g:
+                                break
                     if qroom < g:
                         continue
                 ds, dd = shift(t, changes)
                 if room < g or supply[t] + ds - (demand[t] + dd) < 0:
                     # room (and cover for the loans the start would cut) from stops, if the tenant
                     # is due a reclaim and the job is guaranteed inside its global quota
-                    if not first:
+                    if not first or vp is None:
                         continue
-                    for v in pool.get(t, ()):
-                        short = room < g
-                        bare = supply[t] + ds - (demand[t] + dd) < 0  # loans left without cover
-                        if not short and not bare:
-                            break
-                        if v.tenant == ten or (bare and not short and excess(v.tenant, t) <= 0):
-                            continue  # when only cover is missing, only a borrower's stop gives it
-                        if v.kind == "priority":
-                            if taken[v.tenant] + v.gpus > cap_left(v.tenant):
-                                continue
-                            taken[v.tenant] += v.gpus
-                        victims.append(v)
-                        room += v.gpus
-                        changes[v.tenant] -= v.gpus
-                        ds, dd = shift(t, changes)
+                    others = vp.gpus - vp.tenant_gpus.get(ten, 0)
+                    if room < g and room + others < g:
+                        continue
+                    for v in vp.live() if room < g else ():  # GPUs, cheapest stops first
+                        if v.tenant != ten and v.job.id not in chosen and take(v):
+                            room += v.gpus
+                            if room >= g:
+                                break
+                    ds, dd = shift(t, changes)
+                    if room >= g and supply[t] + ds - (demand[t] + dd) < 0:
+                        # loans left without cover: only a borrower's stop gives it
+                        for o in sorted(x for x in state.tenant_ids if x != ten and excess(x, t) > 0):
+                            for v in vp.of(o):
+                                if v.kind == "priority" or v.job.id in chosen:
+                                    continue
+                                take(v)
+                                ds, dd = shift(t, changes)
+                                if supply[t] + ds - (demand[t] + dd) >= 0:
+                                    break
+                            if supply[t] + ds - (demand[t] + dd) >= 0:
+                                break
                     if room < g or supply[t] + ds - (demand[t] + dd) < 0:
                         continue
                 bl = state.borrow_limit(ten, t)
@@ -637,7 +691,7 @@ def merge(
                     use[(o, t)] += n
                 for v in victims:
                     fleet.release(t, v.refs)
-                    pool[t].remove(v)
+                    pool[t].remove(v)  # (vp)
                     if v.kind == "start":
                         cancelled.add(v.job.id)
                         continue
