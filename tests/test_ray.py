@@ -111,3 +111,31 @@ def test_workflow_experiment_on_ray_equals_sequential(local_ray: None) -> None:
         return x
 
     assert strip(par) == strip(seq)
+
+
+def test_simulate_command_with_ray_equals_without(local_ray: None, tmp_path: Path) -> None:
+    import typer
+    from typer.testing import CliRunner
+
+    from optsched.cli.simulate import register
+
+    app = typer.Typer()
+    register(app)
+
+    @app.callback()
+    def _root() -> None:
+        pass
+
+    args = ["simulate", "--trace", "mini", "--policies", "fifo,kueue", "--seeds", "0,1", "--max-jobs", "60"]
+    a = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "seq")])
+    b = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "ray"), "--ray", "local"])
+    assert a.exit_code == 0 and b.exit_code == 0, (a.output, b.output)
+
+    def summary(folder: str) -> object:
+        data = json.loads((tmp_path / folder / "summary.json").read_text())
+        data.pop("command")
+        return untimed(data)
+
+    assert summary("seq") == summary("ray")
+    for png in ("utilization.png", "cdf_queue_delay_jct.png", "assurance.png"):
+        assert (tmp_path / "seq" / png).read_bytes() == (tmp_path / "ray" / png).read_bytes()
