@@ -157,7 +157,7 @@ def test_coordination_lends_across_parts() -> None:
     home_c = next(p for p, part in enumerate(sp.parts) if any(j.id == "c1" for j in part.jobs))
     assert any(j.id == "b1" for j in sp.parts[home_c].jobs)
     assert sum(n.gpus for n in sp.parts[home_c].nodes) == 8
-    parts = P.run_parts(sp.parts, GREEDY, "serial")
+    parts = P.run_parts(sp.parts, GREEDY, "serial", None, solve_epoch)
     assert "c1" in parts[home_c].decision.queue  # no lender inside its part
     d = solve_epoch(st, params=GREEDY, partitions=2, executor="serial")
     assert_decision_valid(st, d)

@@ -213,7 +213,9 @@ def _solve_epoch(
         from optsched.engine.partition import MergeRejected, solve_partitioned
 
         try:
-            d = solve_partitioned(state, params, parts, executor=executor)  # type: ignore[arg-type]
+            d = solve_partitioned(
+                state, params, parts, solve=solve_epoch, executor=executor  # type: ignore[arg-type]
+            )
         except MergeRejected as exc:
             split_note = f"partitions: the merged decision failed the checker ({exc}); solved as one model"
         else:

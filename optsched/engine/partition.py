@@ -305,16 +305,22 @@ class PartResult:
     """CPU seconds of the worker process for this part (what an idle core would take)."""
 
 
+SolveFn = Callable[..., Decision]
+"""The ordinary pipeline, :func:`optsched.engine.epoch.solve_epoch` (passed in by the caller, so
+this module does not import the module that imports it; a top-level function pickles by name)."""
+
+
 def solve_part(
-    part: Snapshot, params: SolveParams, signal: dict[str, asr.TenantAssurance] | None = None
+    part: Snapshot,
+    params: SolveParams,
+    signal: dict[str, asr.TenantAssurance] | None,
+    solve: SolveFn,
 ) -> PartResult:
     """Solve one part with the ordinary pipeline (a top-level function: runs in a worker),
     with the whole fleet's assurance ``signal`` (a tenant whose jobs wait in another part is
     not "assured" here, so its running jobs are not cheaper victims or MPS hosts)."""
-    from optsched.engine.epoch import solve_epoch
-
     t, c = time.monotonic(), time.process_time()
-    d = solve_epoch(part, params=params, assurance=signal)
+    d = solve(part, params=params, assurance=signal)
     return PartResult(
         d, time.monotonic() - t, len(part.jobs), sum(n.gpus for n in part.nodes), time.process_time() - c
     )
@@ -342,27 +348,29 @@ def ray_ready() -> bool:
 def run_parts(
     parts: list[Snapshot],
     params: SolveParams,
-    executor: Executor = "auto",
-    signal: dict[str, asr.TenantAssurance] | None = None,
+    executor: Executor,
+    signal: dict[str, asr.TenantAssurance] | None,
+    solve: SolveFn,
 ) -> list[PartResult]:
-    """Solve every part, in part order: on Ray (``ray``, or ``auto`` when Ray is initialised),
-    in processes (``process``, or ``auto`` without Ray), or in this process (``serial``)."""
+    """Solve every part with ``solve``, in part order: on Ray (``ray``, or ``auto`` when Ray is
+    initialised), in processes (``process``, or ``auto`` without Ray), or here (``serial``)."""
     mode = executor
     if mode == "auto":
         mode = "ray" if ray_ready() else "process" if len(parts) > 1 else "serial"
     if mode == "serial":
-        return [solve_part(p, params, signal) for p in parts]
+        return [solve_part(p, params, signal, solve) for p in parts]
     if mode == "ray":
         import ray
 
         if not ray.is_initialized():
             ray.init(include_dashboard=False, log_to_driver=False)
         task: Any = ray.remote(num_cpus=1, max_retries=2)(solve_part)
-        refs = [task.remote(p, params, signal) for p in parts]
+        refs = [task.remote(p, params, signal, solve) for p in parts]
         return list(ray.get(refs))
     workers = max(1, min(len(parts), os.cpu_count() or 1))
     pool = _pool(workers)
-    return list(pool.map(solve_part, parts, [params] * len(parts), [signal] * len(parts)))
+    n = len(parts)
+    return list(pool.map(solve_part, parts, [params] * n, [signal] * n, [solve] * n))
 
 
 # --------------------------------------------------------------------------- coordination
@@ -840,10 +848,12 @@ def solve_partitioned(
     params: SolveParams,
     k: int,
     *,
+    solve: SolveFn,
     executor: Executor = "auto",
     on_stage: Callable[[str, float], None] | None = None,
 ) -> Decision:
-    """Split, solve the parts, merge and check (see the module docstring). Raises
+    """Split, solve the parts with ``solve`` (:func:`optsched.engine.epoch.solve_epoch`), merge
+    and check (see the module docstring). Raises
     :class:`_MergeRejected` when the merged decision fails the checker (the caller falls back)."""
     from optsched.engine.check import check_decision
 
@@ -855,7 +865,7 @@ def solve_partitioned(
     stage["split_cpu"] = time.process_time() - c
     t = time.monotonic()
     signal = asr.compute(state)
-    results = run_parts(sp.parts, part_params, executor, signal)
+    results = run_parts(sp.parts, part_params, executor, signal, solve)
     stage["parts_wall"] = time.monotonic() - t
     stage["part_max"] = max(r.seconds for r in results)
     stage["part_cpu_max"] = max(r.cpu_seconds for r in results)
