@@ -294,3 +294,29 @@ def test_merged_decisions_pass_without_falling_back(name: str, k: int) -> None:
     assert d.solver.backend.startswith("partitioned:"), d.solver.notes  # the merge was accepted
     assert_decision_valid(st, d)
     assert d.status in ("feasible", "fallback")
+
+
+def test_solve_command_partitions(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.test_cli import run
+
+    p = tmp_path / "f.json"
+    p.write_text(json.dumps(generate("fleet", seed=2, gpus=800)))
+    code, out, _ = run(["solve", str(p), "--backend", "greedy", "--predictor", "fallback",
+                        "--partitions", "2"], capsys)
+    assert code == 0
+    d = json.loads(out)
+    assert d["solver"]["backend"] == "partitioned:greedy" and d["status"] == "fallback"
+    code, _, err = run(["solve", str(p), "--partitions", "0"], capsys)
+    assert code == 2 and "--partitions" in err
+
+
+def test_a_given_predictor_reaches_every_part(fleet: ClusterState) -> None:
+    from optsched.predict.fallback import EstimatePredictor
+
+    d = solve_epoch(fleet, params=GREEDY, partitions=2, executor="serial", predictor=EstimatePredictor())
+    assert d.predictions is not None
+    sources = {p.source for p in d.predictions.values()}
+    assert sources and not any("model" in x for x in sources)
+    default = solve_epoch(fleet, params=GREEDY, partitions=2, executor="serial")  # the trained models
+    assert default.predictions is not None
+    assert any("model" in p.source for p in default.predictions.values())

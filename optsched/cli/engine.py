@@ -35,6 +35,10 @@ def solve(
     predictor: Annotated[
         str, typer.Option(help="trained (default: models/ when present) or fallback.")
     ] = "trained",
+    partitions: Annotated[
+        str | None,
+        typer.Option(help="Split the epoch into N parts solved in parallel, or auto (docs/partitioning.md)."),
+    ] = None,
 ) -> None:
     """Solve one snapshot and print (or write) the decision."""
     from optsched.engine.backends.base import SolveParams
@@ -83,7 +87,12 @@ def solve(
         from optsched.engine.backends.milp.backend import warm_up
 
         warm_up()
-    decision = solve_epoch(state, params=params, predictor=pred)
+    parts: int | str | None = partitions
+    if partitions is not None and partitions != "auto":
+        if not partitions.isdigit() or int(partitions) < 1:
+            fail("--partitions", f"a count >= 1 or auto (got '{partitions}')")
+        parts = int(partitions)
+    decision = solve_epoch(state, params=params, predictor=pred, partitions=parts)
     emit(decision.model_dump_json(indent=1, exclude_none=True), out)
 
 

@@ -179,7 +179,7 @@ def solve_epoch(
     paused = gc.isenabled()
     gc.disable()
     try:
-        return _solve_epoch(snapshot, params, pred, partitions, executor, assurance)
+        return _solve_epoch(snapshot, params, pred, partitions, executor, assurance, predictor)
     finally:
         if paused:
             gc.enable()
@@ -192,6 +192,7 @@ def _solve_epoch(
     partitions: int | str | None = None,
     executor: str = "auto",
     assurance: dict[str, asr.TenantAssurance] | None = None,
+    given: Predictor | None = None,
 ) -> Decision:
     t0 = time.monotonic()
     stage: dict[str, float] = {}
@@ -213,8 +214,9 @@ def _solve_epoch(
         from optsched.engine.partition import MergeRejected, solve_partitioned
 
         try:
+            # a given predictor goes to every part; else each worker loads the default once
             d = solve_partitioned(
-                state, params, parts, solve=solve_epoch, executor=executor  # type: ignore[arg-type]
+                state, params, parts, solve=solve_epoch, executor=executor, predictor=given  # type: ignore[arg-type]
             )
         except MergeRejected as exc:
             split_note = f"partitions: the merged decision failed the checker ({exc}); solved as one model"

@@ -61,6 +61,7 @@ from optsched.schema.snapshot import GpuRef, Job, Node, Options, Snapshot, Tenan
 if TYPE_CHECKING:
     from optsched.engine.backends.base import SolveParams
     from optsched.engine.problem import EpochProblem
+    from optsched.predict.base import Predictor
 
 Executor = Literal["auto", "ray", "process", "serial"]
 AUTO_GPUS_PER_PART = 10_000
@@ -315,12 +316,13 @@ def solve_part(
     params: SolveParams,
     signal: dict[str, asr.TenantAssurance] | None,
     solve: SolveFn,
+    predictor: Predictor | None = None,
 ) -> PartResult:
     """Solve one part with the ordinary pipeline (a top-level function: runs in a worker),
     with the whole fleet's assurance ``signal`` (a tenant whose jobs wait in another part is
     not "assured" here, so its running jobs are not cheaper victims or MPS hosts)."""
     t, c = time.monotonic(), time.process_time()
-    d = solve(part, params=params, assurance=signal)
+    d = solve(part, params=params, assurance=signal, predictor=predictor)
     return PartResult(
         d, time.monotonic() - t, len(part.jobs), sum(n.gpus for n in part.nodes), time.process_time() - c
     )
@@ -351,6 +353,7 @@ def run_parts(
     executor: Executor,
     signal: dict[str, asr.TenantAssurance] | None,
     solve: SolveFn,
+    predictor: Predictor | None = None,
 ) -> list[PartResult]:
     """Solve every part with ``solve``, in part order: on Ray (``ray``, or ``auto`` when Ray is
     initialised), in processes (``process``, or ``auto`` without Ray), or here (``serial``)."""
@@ -358,19 +361,19 @@ def run_parts(
     if mode == "auto":
         mode = "ray" if ray_ready() else "process" if len(parts) > 1 else "serial"
     if mode == "serial":
-        return [solve_part(p, params, signal, solve) for p in parts]
+        return [solve_part(p, params, signal, solve, predictor) for p in parts]
     if mode == "ray":
         import ray
 
         if not ray.is_initialized():
             ray.init(include_dashboard=False, log_to_driver=False)
         task: Any = ray.remote(num_cpus=1, max_retries=2)(solve_part)
-        refs = [task.remote(p, params, signal, solve) for p in parts]
+        refs = [task.remote(p, params, signal, solve, predictor) for p in parts]
         return list(ray.get(refs))
     workers = max(1, min(len(parts), os.cpu_count() or 1))
     pool = _pool(workers)
     n = len(parts)
-    return list(pool.map(solve_part, parts, [params] * n, [signal] * n, [solve] * n))
+    return list(pool.map(solve_part, parts, [params] * n, [signal] * n, [solve] * n, [predictor] * n))
 
 
 # --------------------------------------------------------------------------- coordination
@@ -850,6 +853,7 @@ def solve_partitioned(
     *,
     solve: SolveFn,
     executor: Executor = "auto",
+    predictor: Predictor | None = None,
     on_stage: Callable[[str, float], None] | None = None,
 ) -> Decision:
     """Split, solve the parts with ``solve`` (:func:`optsched.engine.epoch.solve_epoch`), merge
@@ -865,7 +869,7 @@ def solve_partitioned(
     stage["split_cpu"] = time.process_time() - c
     t = time.monotonic()
     signal = asr.compute(state)
-    results = run_parts(sp.parts, part_params, executor, signal, solve)
+    results = run_parts(sp.parts, part_params, executor, signal, solve, predictor)
     stage["parts_wall"] = time.monotonic() - t
     stage["part_max"] = max(r.seconds for r in results)
     stage["part_cpu_max"] = max(r.cpu_seconds for r in results)
