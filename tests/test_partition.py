@@ -320,3 +320,36 @@ def test_a_given_predictor_reaches_every_part(fleet: ClusterState) -> None:
     default = solve_epoch(fleet, params=GREEDY, partitions=2, executor="serial")  # the trained models
     assert default.predictions is not None
     assert any("model" in p.source for p in default.predictions.values())
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_limits_caps_and_over_quota_merge_without_falling_back(seed: int) -> None:
+    """Borrow and lend limits, preemption caps, minimum runtimes, priority classes, lost nodes
+    and quotas cut below running use (kept over quota): the merge is still accepted."""
+    import random
+
+    rnd = random.Random(seed)
+    data = generate("fleet", seed=seed, gpus=1600)
+    types = list(data["gpu_types"])
+    for t in data["tenants"]:
+        if rnd.random() < 0.3:
+            t["borrow_limit"] = {ty: rnd.randint(0, 40) for ty in types}
+        if rnd.random() < 0.3:
+            t["lend_limit"] = {ty: rnd.randint(0, 40) for ty in types}
+        if rnd.random() < 0.3:
+            cap, least = rnd.randint(0, 16), rnd.choice([0, 3600])
+            t["preemption"] = {"max_gpus_per_epoch": cap, "min_runtime_s": least}
+        if rnd.random() < 0.2:
+            t["quota"] = {ty: q // 3 for ty, q in t["quota"].items()}
+    for n in data["nodes"]:
+        if rnd.random() < 0.02:
+            n["available"] = False
+    data["priority_classes"] = {"high": 3.0, "low": 0.5}
+    for j in data["jobs"]:
+        if rnd.random() < 0.2:
+            j["priority_class"] = rnd.choice(["high", "low"])
+    st = state_of(data)
+    for k in (2, 5):
+        d = solve_epoch(st, params=GREEDY, partitions=k, executor="serial")
+        assert d.solver.backend.startswith("partitioned:"), [n for n in d.solver.notes if "partitions" in n]
+        assert_decision_valid(st, d)

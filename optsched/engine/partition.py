@@ -560,7 +560,10 @@ def merge(
         return max(0, idle if ll is None else min(idle, ll))
 
     def excess(ten: str, t: str) -> int:
-        return max(0, use[(ten, t)] - quota[(ten, t)])
+        """Use above quota that a loan must cover: what the tenant's kept jobs not on loan
+        already held above quota may stay uncovered (the over-quota amendment)."""
+        q = quota[(ten, t)]
+        return max(0, use[(ten, t)] - q - max(0, own_kept[(ten, t)] - q))
 
     # per type: idle quota the tenants could lend, and use above quota to cover (kept current)
     supply = {t: sum(lendable(o, t) for o in state.tenant_ids) for t in state.type_names}
@@ -626,110 +629,131 @@ def merge(
     queued = [j for j in state.pending() if j.id not in started_ids]
     queued.sort(key=_queue_key)
     added: list[Start] = []
-    # pass 1: guaranteed jobs of tenants due a reclaim, inside their quota only (they may stop
-    # others); pass 2: every job still queued, on loan too, stopping nothing
-    for first in (True, False):
-        for job in queued:
-            if job.id in started_ids:
-                continue
-            due = job.qos == "guaranteed" and signal[job.tenant].reclaim
-            if first and not due:
-                continue
-            for t in state.allowed_types(job):
-                g = job.gpus
-                ten = job.tenant
-                pick = _Pick(cap_left)
-                pick.changes[ten] += g
-                victims, changes, chosen, take = pick.victims, pick.changes, pick.chosen, pick.take
-                room = fleet.total.get(t, 0)
-                vp = pool.get(t)
+    for rnd in range(3):
+        # pass 1: guaranteed jobs of tenants due a reclaim, inside their quota only (they may stop
+        # others); pass 2: every job still queued, on loan too, stopping nothing
+        for first in (True, False) if rnd == 0 else (False,):
+            for job in queued:
+                if job.id in started_ids or job.id in cancelled:
+                    continue
+                due = job.qos == "guaranteed" and signal[job.tenant].reclaim
+                if first and not due:
+                    continue
+                for t in state.allowed_types(job):
+                    g = job.gpus
+                    ten = job.tenant
+                    pick = _Pick(cap_left)
+                    pick.changes[ten] += g
+                    victims, changes, chosen, take = pick.victims, pick.changes, pick.chosen, pick.take
+                    room = fleet.total.get(t, 0)
+                    vp = pool.get(t)
 
-                if first:
-                    # quota room first: the tenant's own starts of this epoch, then its own
-                    # preemptible jobs (same tenant: a priority preemption)
-                    qroom = quota.get((ten, t), 0) - use[(ten, t)]
-                    if qroom < g and (vp is None or qroom + vp.tenant_gpus.get(ten, 0) < g):
-                        continue
-                    for v in vp.of(ten) if qroom < g and vp is not None else ():
-                        if v.kind != "loan" and take(v):
-                            room += v.gpus
-                            qroom += v.gpus
-                            if qroom >= g:
-                                break
-                    if qroom < g:
-                        continue
-                ds, dd = shift(t, changes)
-                if room < g or supply[t] + ds - (demand[t] + dd) < 0:
-                    # room (and cover for the loans the start would cut) from stops, if the tenant
-                    # is due a reclaim and the job is guaranteed inside its global quota
-                    if not first or vp is None:
-                        continue
-                    others = vp.gpus - vp.tenant_gpus.get(ten, 0)
-                    if room < g and room + others < g:
-                        continue
-                    for v in vp.live() if room < g else ():  # GPUs, cheapest stops first
-                        if v.tenant != ten and v.job.id not in chosen and take(v):
-                            room += v.gpus
-                            if room >= g:
-                                break
+                    if first:
+                        # quota room first: the tenant's own starts of this epoch, then its own
+                        # preemptible jobs (same tenant: a priority preemption)
+                        qroom = quota.get((ten, t), 0) - use[(ten, t)]
+                        if qroom < g and (vp is None or qroom + vp.tenant_gpus.get(ten, 0) < g):
+                            continue
+                        for v in vp.of(ten) if qroom < g and vp is not None else ():
+                            if v.kind != "loan" and take(v):
+                                room += v.gpus
+                                qroom += v.gpus
+                                if qroom >= g:
+                                    break
+                        if qroom < g:
+                            continue
                     ds, dd = shift(t, changes)
-                    if room >= g and supply[t] + ds - (demand[t] + dd) < 0:
-                        # loans left without cover: only a borrower's stop gives it
-                        for o in sorted(x for x in state.tenant_ids if x != ten and excess(x, t) > 0):
-                            for v in vp.of(o):
-                                if v.kind == "priority" or v.job.id in chosen:
-                                    continue
-                                take(v)
-                                ds, dd = shift(t, changes)
+                    if room < g or supply[t] + ds - (demand[t] + dd) < 0:
+                        # room (and cover for the loans the start would cut) from stops, if the tenant
+                        # is due a reclaim and the job is guaranteed inside its global quota
+                        if not first or vp is None:
+                            continue
+                        others = vp.gpus - vp.tenant_gpus.get(ten, 0)
+                        if room < g and room + others < g:
+                            continue
+                        for v in vp.live() if room < g else ():  # GPUs, cheapest stops first
+                            if v.tenant != ten and v.job.id not in chosen and take(v):
+                                room += v.gpus
+                                if room >= g:
+                                    break
+                        ds, dd = shift(t, changes)
+                        if room >= g and supply[t] + ds - (demand[t] + dd) < 0:
+                            # loans left without cover: only a borrower's stop gives it
+                            for o in sorted(x for x in state.tenant_ids if x != ten and excess(x, t) > 0):
+                                for v in vp.of(o):
+                                    if v.kind == "priority" or v.job.id in chosen:
+                                        continue
+                                    take(v)
+                                    ds, dd = shift(t, changes)
+                                    if supply[t] + ds - (demand[t] + dd) >= 0:
+                                        break
                                 if supply[t] + ds - (demand[t] + dd) >= 0:
                                     break
-                            if supply[t] + ds - (demand[t] + dd) >= 0:
-                                break
-                    if room < g or supply[t] + ds - (demand[t] + dd) < 0:
+                        if room < g or supply[t] + ds - (demand[t] + dd) < 0:
+                            continue
+                    bl = state.borrow_limit(ten, t)
+                    # the start may neither leave use above quota that no idle quota covers (what it
+                    # takes from its tenant's lendable idle quota counts) nor pass the borrow limit
+                    before_e = excess(ten, t)
+                    use[(ten, t)] += g
+                    after_e = excess(ten, t)
+                    use[(ten, t)] -= g
+                    if bl is not None and after_e > bl and after_e > before_e:
                         continue
-                bl = state.borrow_limit(ten, t)
-                # the start may neither leave use above quota that no idle quota covers (what it
-                # takes from its tenant's lendable idle quota counts) nor pass the borrow limit
-                before_e = excess(ten, t)
-                use[(ten, t)] += g
-                after_e = excess(ten, t)
-                use[(ten, t)] -= g
-                if bl is not None and after_e > bl and after_e > before_e:
-                    continue
-                supply[t] += ds
-                demand[t] += dd
-                for o, n in changes.items():
-                    use[(o, t)] += n
-                for v in victims:
-                    fleet.release(t, v.refs)
-                    pool[t].remove(v)  # (vp)
-                    if v.kind == "start":
-                        cancelled.add(v.job.id)
-                        continue
-                    why = PreemptReason.RECLAIM if v.kind == "loan" else PreemptReason.PRIORITY
-                    if v.kind == "priority":
-                        own_kept[(v.tenant, t)] -= v.gpus
-                        lost[v.tenant] += v.gpus
-                    reclaimed.append(Preempt(job=v.job.id, reason=why, lost_s=v.job.restart_cost_s))
-                alloc = fleet.place(t, g)
-                added.append(Start(job=job.id, allocation=alloc))
-                started_ids.add(job.id)
+                    supply[t] += ds
+                    demand[t] += dd
+                    for o, n in changes.items():
+                        use[(o, t)] += n
+                    for v in victims:
+                        fleet.release(t, v.refs)
+                        pool[t].remove(v)  # (vp)
+                        if v.kind == "start":
+                            cancelled.add(v.job.id)
+                            continue
+                        why = PreemptReason.RECLAIM if v.kind == "loan" else PreemptReason.PRIORITY
+                        if v.kind == "priority":
+                            own_kept[(v.tenant, t)] -= v.gpus
+                            lost[v.tenant] += v.gpus
+                        reclaimed.append(Preempt(job=v.job.id, reason=why, lost_s=v.job.restart_cost_s))
+                    alloc = fleet.place(t, g)
+                    added.append(Start(job=job.id, allocation=alloc))
+                    started_ids.add(job.id)
+                    break
+        # a tenant left above quota without cover starts nothing on top (over-quota
+        # amendment): undo its starts of the type, latest in queue order first, until covered;
+        # then fill again on what they held
+        newly: list[Start] = []
+        while True:
+            loans, uncovered = _derive_loans(state, use, own_kept)
+            undo = [
+                x for x in [*starts, *added]
+                if not x.colocated_with and x.job not in cancelled
+                and (state.job(x.job).tenant, state.node_type(x.allocation[0].node)) in uncovered
+            ]
+            if not undo:
                 break
-    starts = [x for x in starts if x.job not in cancelled] + added
-    started_ids -= cancelled
+            x = max(undo, key=lambda x: _queue_key(state.job(x.job)))
+            cancelled.add(x.job)
+            newly.append(x)
+            use[(state.job(x.job).tenant, state.node_type(x.allocation[0].node))] -= state.job(x.job).gpus
+        if not newly:
+            break
+        for x in newly:
+            fleet.release(state.node_type(x.allocation[0].node), x.allocation)
+            started_ids.discard(x.job)
+        supply = {t: sum(lendable(o, t) for o in state.tenant_ids) for t in state.type_names}
+        demand = {t: sum(excess(o, t) for o in state.tenant_ids) for t in state.type_names}
+    starts = [x for x in [*starts, *added] if x.job not in cancelled]
     preempt += reclaimed
     starts = _relabel_loans(state, starts, own_kept)
-    loans, uncovered = _derive_loans(state, use)
     notes = [
         n for r in results for n in r.decision.solver.notes if not n.startswith("over-quota: ")
     ]
     notes = sorted(set(notes))
     for (ten, t), gpus in sorted(uncovered.items()):
         notes.append(over_quota_note(ten, t, gpus))
-    queue = sorted(
-        [j for j in queued if j.id not in started_ids] + [state.job(x) for x in sorted(cancelled)],
-        key=_queue_key,
-    )
+    final = {x.job for x in starts}
+    queue = sorted((j for j in state.pending() if j.id not in final), key=_queue_key)
     capacity = state.capacity()
     reasons = {j.id: _reason(state, capacity, fleet, j) for j in queue}
     statuses = [r.decision.status for r in results]
@@ -741,7 +765,8 @@ def merge(
         for p, r in enumerate(results)
     ]
     head = (
-        f"partitioned into {len(results)} parts; the coordination step started {len(added)} queued "
+        f"partitioned into {len(results)} parts; the coordination step started "
+        f"{sum(x.job not in cancelled for x in added)} queued "
         f"job(s) on the capacity the parts left free ({len(leftover)} gang(s) no part could hold) "
         f"and stopped {len(reclaimed)} running job(s) for guaranteed jobs of tenants due a reclaim"
     )
@@ -798,11 +823,12 @@ def _relabel_loans(
 
 
 def _derive_loans(
-    state: ClusterState, use: dict[tuple[str, str], int]
+    state: ClusterState, use: dict[tuple[str, str], int], own_kept: dict[tuple[str, str], int]
 ) -> tuple[list[Loan], dict[tuple[str, str], int]]:
     """Loans covering every tenant's use above quota from the others' idle quota (within lend
-    and borrow limits), in tenant order; what no lender covers is returned as uncovered."""
-    loans: list[Loan] = []
+    and borrow limits), in tenant order: first the use that must be covered (new use), then
+    what kept jobs not on loan already held above quota; what no lender covers is returned."""
+    loans: dict[tuple[str, str, str], int] = {}
     uncovered: dict[tuple[str, str], int] = {}
     ids = list(state.tenant_ids)
     for t in state.type_names:
@@ -811,25 +837,34 @@ def _derive_loans(
             idle = state.quota(o, t) - use[(o, t)]
             ll = state.lend_limit(o, t)
             give[o] = max(0, idle if ll is None else min(idle, ll))
+        left: dict[str, int] = {}
+        room: dict[str, float] = {}
         for ten in ids:
-            excess = use[(ten, t)] - state.quota(ten, t)
-            if excess <= 0:
-                continue
+            q = state.quota(ten, t)
+            left[ten] = use[(ten, t)] - q
             bl = state.borrow_limit(ten, t)
-            want = excess if bl is None else min(excess, bl)
-            for o in ids:
-                if want <= 0:
-                    break
-                if o == ten or give[o] <= 0:
-                    continue
-                n = min(want, give[o])
-                give[o] -= n
-                want -= n
-                excess -= n
-                loans.append(Loan(lender=o, borrower=ten, gpu_type=t, gpus=n))
-            if excess > 0:
-                uncovered[(ten, t)] = excess
-    return loans, uncovered
+            room[ten] = math.inf if bl is None else bl
+        held = {ten: max(0, own_kept[(ten, t)] - state.quota(ten, t)) for ten in ids}
+        for must in (True, False):
+            for ten in ids:
+                want = left[ten] - held[ten] if must else left[ten]
+                want = int(min(want, room[ten]))
+                for o in ids:
+                    if want <= 0:
+                        break
+                    if o == ten or give[o] <= 0:
+                        continue
+                    n = min(want, give[o])
+                    give[o] -= n
+                    want -= n
+                    left[ten] -= n
+                    room[ten] -= n
+                    loans[(o, ten, t)] = loans.get((o, ten, t), 0) + n
+        for ten in ids:
+            if left[ten] > 0:
+                uncovered[(ten, t)] = left[ten]
+    out = [Loan(lender=o, borrower=b, gpu_type=t, gpus=n) for (o, b, t), n in loans.items()]
+    return out, uncovered
 
 
 def _reason(state: ClusterState, cap: dict[str, int], fleet: _Fleet, job: Job) -> QueueReason:
