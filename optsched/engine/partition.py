@@ -723,19 +723,27 @@ def merge(
         # amendment): undo its starts of the type, latest in queue order first, until covered;
         # then fill again on what they held
         newly: list[Start] = []
+        by_key: dict[tuple[str, str], list[Start]] = defaultdict(list)
+        for x in [*starts, *added]:
+            if not x.colocated_with and x.job not in cancelled:
+                by_key[(state.job(x.job).tenant, state.node_type(x.allocation[0].node))].append(x)
+        for xs in by_key.values():
+            xs.sort(key=lambda x: _queue_key(state.job(x.job)))
         while True:
             loans, uncovered = _derive_loans(state, use, own_kept)
-            undo = [
-                x for x in [*starts, *added]
-                if not x.colocated_with and x.job not in cancelled
-                and (state.job(x.job).tenant, state.node_type(x.allocation[0].node)) in uncovered
-            ]
-            if not undo:
+            undone = 0
+            for key, gpus in uncovered.items():
+                xs = by_key.get(key, [])
+                while gpus > 0 and xs:
+                    x = xs.pop()  # the latest in queue order
+                    g = state.job(x.job).gpus
+                    cancelled.add(x.job)
+                    newly.append(x)
+                    use[key] -= g
+                    gpus -= g
+                    undone += 1
+            if not undone:
                 break
-            x = max(undo, key=lambda x: _queue_key(state.job(x.job)))
-            cancelled.add(x.job)
-            newly.append(x)
-            use[(state.job(x.job).tenant, state.node_type(x.allocation[0].node))] -= state.job(x.job).gpus
         if not newly:
             break
         for x in newly:
