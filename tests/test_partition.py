@@ -353,3 +353,21 @@ def test_limits_caps_and_over_quota_merge_without_falling_back(seed: int) -> Non
         d = solve_epoch(st, params=GREEDY, partitions=k, executor="serial")
         assert d.solver.backend.startswith("partitioned:"), [n for n in d.solver.notes if "partitions" in n]
         assert_decision_valid(st, d)
+
+
+def test_a_crashing_part_falls_back_to_one_model(
+    monkeypatch: pytest.MonkeyPatch, fleet: ClusterState
+) -> None:
+    def crash(*args: Any, **kw: Any) -> Any:
+        raise RuntimeError("worker lost")
+
+    monkeypatch.setattr(P, "run_parts", crash)
+    d = solve_epoch(fleet, params=GREEDY, partitions=2, executor="serial")
+    assert_decision_valid(fleet, d)
+    assert not d.solver.backend.startswith("partitioned")
+    assert "partitions: RuntimeError: worker lost; solved as one model" in d.solver.notes
+
+
+def test_unknown_executor_is_refused() -> None:
+    with pytest.raises(ValueError, match="executor"):
+        P.run_parts([], GREEDY, "threads", None, solve_epoch)  # type: ignore[arg-type]

@@ -220,6 +220,11 @@ def _solve_epoch(
             )
         except MergeRejected as exc:
             split_note = f"partitions: the merged decision failed the checker ({exc}); solved as one model"
+        except (OptschedError, ValueError):
+            raise
+        except Exception as exc:  # a part's worker crashed, Ray is gone, ...: one model answers
+            log.exception("partitioned solve failed")
+            split_note = f"partitions: {type(exc).__name__}: {exc}; solved as one model"
         else:
             d.solver.stage_seconds = {"validate": round(stage["validate"], 6), **d.solver.stage_seconds}
             d.solver.seconds = round(time.monotonic() - t0, 6)

@@ -358,6 +358,8 @@ def run_parts(
     """Solve every part with ``solve``, in part order: on Ray (``ray``, or ``auto`` when Ray is
     initialised), in processes (``process``, or ``auto`` without Ray), or here (``serial``)."""
     mode = executor
+    if mode not in ("auto", "ray", "process", "serial"):
+        raise ValueError(f"executor: auto, ray, process or serial (got {executor!r})")
     if mode == "auto":
         mode = "ray" if ray_ready() else "process" if len(parts) > 1 else "serial"
     if mode == "serial":
