@@ -144,3 +144,10 @@ def test_sweep_command(tmp_path: Path) -> None:
     res = CliRunner().invoke(_app(), ["sweep", str(p), "--out", str(tmp_path / "out2")])
     assert res.exit_code == 2
     assert "traces" in res.output
+
+
+def test_process_pool_gives_the_same_results_and_reports_failures(tmp_path: Path) -> None:
+    tasks = [("flaky", _flaky, (str(tmp_path / "m"),)), ("broken", _broken, (5,)), ("fine", abs, (-2,))]
+    results, failures = execute(tasks, workers=2, retries=1)
+    assert results == {"flaky": "ok", "fine": 2}
+    assert [(f.key, f.error) for f in failures] == [("broken", "ValueError: bad task 5")]
