@@ -5,7 +5,11 @@ Sizes:
 * ``tiny``: 2 types, 4 nodes, 3 tenants, a dozen jobs;
 * ``venus``: the simulated Venus cluster of Lucid (135 nodes x 8 GPUs, 15 tenants sized as
   Venus' virtual clusters), about 600 running and 500 pending jobs;
-* ``large``: 10,000 GPUs of three types, 40 tenants, 5,000 pending jobs.
+* ``large``: 10,000 GPUs of three types, 40 tenants, 5,000 pending jobs;
+* ``fleet``: ``gpus`` GPUs (any multiple of 8 up to 100,000 and beyond) of the same three types,
+  one tenant per 250 GPUs (at least 20), one pending job per two GPUs; built by
+  :func:`generate_fleet` in time linear in the fleet (buckets of nodes by free GPUs), so a
+  100,000-GPU snapshot takes seconds.
 
 ``tree=True`` (``optsched generate --tree``) adds a quota tree (orgs -> teams -> tenants, with
 group borrow and lend limits) above the same tenants.
@@ -22,7 +26,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-Size = Literal["tiny", "venus", "medium", "large"]
+Size = Literal["tiny", "venus", "medium", "large", "fleet"]
 FLEET_NODES = {"medium": 312, "large": 1250}
 """8-GPU nodes of the multi-type fleets: ~2,500 GPUs / 1,250 pending and ~10,000 GPUs / 5,000
 pending."""
@@ -183,7 +187,12 @@ def _tree_flows(
 
 
 def generate(
-    size: Size = "tiny", seed: int = 0, now: float = 86400.0, tree: bool = False, elastic: float = 0.0
+    size: Size = "tiny",
+    seed: int = 0,
+    now: float = 86400.0,
+    tree: bool = False,
+    elastic: float = 0.0,
+    gpus: int | None = None,
 ) -> dict[str, Any]:
     """A valid format-1 snapshot as a JSON-ready dict.
 
@@ -191,8 +200,12 @@ def generate(
     the share of jobs (MPS pairs excepted) made elastic, drawn from a generator of their own, so
     the rest of the snapshot is the same as with ``elastic=0``: sizes from ``max(1, gpus // 2)``
     to ``2 gpus``, in steps of ``gpus // 2`` for even gangs of 4 or more (else 1), a resize
-    overhead of 10-120 s.
+    overhead of 10-120 s. ``gpus``: the fleet size, ``fleet`` only (:func:`generate_fleet`).
     """
+    if size == "fleet":
+        return generate_fleet(gpus if gpus is not None else 10_000, seed=seed, now=now)
+    if gpus is not None:
+        raise ValueError("gpus: only the 'fleet' size takes a GPU count")
     if tree:
         return quota_tree(generate(size, seed, now, elastic=elastic), seed)
     if not 0.0 <= elastic <= 1.0:
@@ -357,6 +370,198 @@ def generate(
         "now": now,
         "epoch_s": 60.0,
         "gpu_types": spec.types,
+        "nodes": nodes,
+        "tenants": tenants,
+        "jobs": jobs,
+    }
+
+
+FLEET_TYPES: dict[str, dict[str, Any]] = {
+    "H100": {"memory_gib": 80, "mps": True, "speed": 1.0},
+    "A100": {"memory_gib": 80, "mps": True, "speed": 0.6},
+    "V100": {"memory_gib": 32, "mps": False, "speed": 0.3},
+}
+
+
+def generate_fleet(gpus: int, seed: int = 0, now: float = 86400.0) -> dict[str, Any]:
+    """A fleet-scale snapshot of ``gpus`` GPUs (8 per node; a quarter H100, half A100, a quarter
+    V100), one tenant per 250 GPUs (at least 20), ``gpus // 2`` pending jobs and running jobs on
+    about 85% of the GPUs (some on loan, a few MPS pairs), with the same job mix as ``large``.
+
+    Linear in the fleet: random fields are drawn as arrays, and running jobs are placed from
+    per-type buckets of nodes keyed by their free GPUs (best fit for gangs up to a node, whole
+    free nodes for larger gangs), never by scanning the node list.
+    """
+    if gpus < 64 or gpus % 8:
+        raise ValueError(f"gpus: a fleet has a multiple of 8 GPUs, at least 64 (got {gpus})")
+    rng = np.random.default_rng(seed)
+    per_node = 8
+    n_nodes = gpus // per_node
+    names = list(FLEET_TYPES)
+    counts = {"H100": n_nodes // 4, "A100": n_nodes // 2}
+    counts["V100"] = n_nodes - counts["H100"] - counts["A100"]
+    nodes: list[dict[str, Any]] = []
+    for t in names:
+        nodes += [{"id": f"{t.lower()}-{k:05d}", "gpu_type": t, "gpus": per_node} for k in range(counts[t])]
+    down = int(rng.integers(n_nodes))
+    nodes[down]["available"] = False
+    n_ten = max(20, gpus // 250)
+    weights = rng.integers(5, 60, size=n_ten).astype(float)
+    tids = [f"team{k:03d}" for k in range(n_ten)]
+    tenants: list[dict[str, Any]] = []
+    quota_of: dict[tuple[str, str], int] = {}
+    for k, tid in enumerate(tids):
+        quota = {t: int(weights[k] / weights.sum() * counts[t] * per_node) for t in names}
+        quota_of.update({(tid, t): q for t, q in quota.items()})
+        tenants.append(
+            {
+                "id": tid,
+                "quota": quota,
+                "borrow_limit": None,
+                "lend_limit": None if rng.random() < 0.8 else {names[0]: quota[names[0]] // 2},
+                "qos": {"max_queue_delay_s": float(rng.choice([600, 1800, 3600, 7200])), "target": 0.95},
+                "weight": 1.0,
+            }
+        )
+    tprob = weights / weights.sum()
+
+    def draw(n: int, state: str) -> list[dict[str, Any]]:
+        probs = RUNNING_GANG_PROBS if state == "running" else GANG_PROBS
+        gang = rng.choice(GANG_SIZES, size=n, p=probs)
+        ten = rng.choice(n_ten, size=n, p=tprob)
+        guaranteed = rng.random(n) < 0.6
+        rt = np.clip(rng.lognormal(np.log(900), 1.8, size=n), 30, 30 * 86400)
+        known = rng.random(n) < 0.7
+        mem = rng.uniform(2, 30, size=n)
+        has_mem = rng.random(n) < 0.8
+        restrict = rng.random(n) < 0.3
+        only = rng.integers(0, len(names), size=n)
+        restart = rng.uniform(0, 600, size=n)
+        user = rng.integers(0, 200, size=n)
+        jname = rng.integers(0, 50, size=n)
+        return [
+            {
+                "id": f"{state[0]}{k:06d}",
+                "tenant": tids[int(ten[k])],
+                "qos": "guaranteed" if guaranteed[k] else "best_effort",
+                "gpus": int(gang[k]),
+                "gpu_types": [names[int(only[k])]] if restrict[k] else None,
+                "state": state,
+                "runtime_s": round(float(rt[k]), 1) if known[k] else None,
+                "memory_gib": round(float(mem[k]), 1) if has_mem[k] else None,
+                "restart_cost_s": round(float(restart[k]), 1),
+                "features": {"user": f"u{int(user[k]):03d}", "name": f"job-{int(jname[k])}"},
+            }
+            for k in range(n)
+        ]
+
+    # buckets[t][f]: available nodes of type t with f free GPUs (dict as an ordered set)
+    buckets: dict[str, list[dict[str, None]]] = {t: [{} for _ in range(per_node + 1)] for t in names}
+    free: dict[str, list[int]] = {}
+    for n in nodes:
+        if n.get("available", True):
+            free[n["id"]] = list(range(per_node))
+            buckets[n["gpu_type"]][per_node][n["id"]] = None
+    type_of = {n["id"]: n["gpu_type"] for n in nodes}
+    cap = {t: sum(per_node for n in nodes if n["gpu_type"] == t and n.get("available", True)) for t in names}
+    lendable = {t: sum(quota_of[(tid, t)] for tid in tids) for t in names}
+    used = dict.fromkeys(names, 0)
+    use: dict[tuple[str, str], int] = {}
+
+    def take(node: str, g: int) -> list[dict[str, Any]]:
+        t, f = type_of[node], len(free[node])
+        del buckets[t][f][node]
+        got, free[node] = free[node][:g], free[node][g:]
+        buckets[t][f - g][node] = None
+        return [{"node": node, "gpu": x} for x in got]
+
+    def place(t: str, g: int) -> list[dict[str, Any]] | None:
+        b = buckets[t]
+        if g <= per_node:
+            for f in range(g, per_node + 1):
+                if b[f]:
+                    return take(next(iter(b[f])), g)
+            return None
+        if len(b[per_node]) * per_node < g:
+            return None
+        alloc: list[dict[str, Any]] = []
+        while len(alloc) < g:
+            alloc += take(next(iter(b[per_node])), min(per_node, g - len(alloc)))
+        return alloc
+
+    target = 0.85 * sum(cap.values())
+    jobs: list[dict[str, Any]] = []
+    placed = 0
+    batch = draw(int(target), "running")
+    for j in batch:
+        if placed >= target:
+            break
+        allowed = j["gpu_types"] or names
+        t = allowed[int(rng.integers(len(allowed)))]
+        g = j["gpus"]
+        if used[t] + g > cap[t]:
+            continue
+        u = use.get((j["tenant"], t), 0)
+        over = u + g > quota_of[(j["tenant"], t)]
+        if over and (lendable[t] - used[t] < g or j["qos"] == "guaranteed"):
+            continue
+        alloc = place(t, g)
+        if alloc is None:
+            continue
+        use[(j["tenant"], t)] = u + g
+        used[t] += g
+        start = now - float(rng.uniform(0, 20000))
+        j.update(
+            {
+                "allocation": alloc,
+                "start_s": round(start, 1),
+                "on_loan": bool(over),
+                "submit_s": round(start - float(rng.uniform(0, 3000)), 1),
+            }
+        )
+        if over:
+            j["qos"] = "best_effort"
+        jobs.append(j)
+        placed += g
+    mps = {t for t in names if FLEET_TYPES[t]["mps"]}
+    hosts = [
+        j
+        for j in jobs
+        if j["qos"] == "best_effort"
+        and type_of[j["allocation"][0]["node"]] in mps
+        and j["memory_gib"] is not None
+        and j["memory_gib"] < 12
+    ]
+    guests = draw(max(1, len(hosts) // 10), "running")
+    for k, (h, g) in enumerate(zip(hosts, guests, strict=False)):
+        h["colocated"] = h["shareable"] = True
+        g.update(
+            {
+                "id": f"g{k:06d}",
+                "qos": "best_effort",
+                "gpus": 1,
+                "gpu_types": None,
+                "memory_gib": 4.0,
+                "allocation": [h["allocation"][0]],
+                "start_s": h["start_s"],
+                "on_loan": False,
+                "submit_s": h["submit_s"],
+                "colocated": True,
+                "guest_of": h["id"],
+                "shareable": True,
+            }
+        )
+        jobs.append(g)
+    pending = draw(gpus // 2, "pending")
+    waits = rng.exponential(2400, size=len(pending))
+    for j, w in zip(pending, waits, strict=True):
+        j["submit_s"] = round(now - float(w), 1)
+    jobs += pending
+    return {
+        "format": 1,
+        "now": now,
+        "epoch_s": 60.0,
+        "gpu_types": FLEET_TYPES,
         "nodes": nodes,
         "tenants": tenants,
         "jobs": jobs,

@@ -35,6 +35,10 @@ def solve(
     predictor: Annotated[
         str, typer.Option(help="trained (default: models/ when present) or fallback.")
     ] = "trained",
+    partitions: Annotated[
+        str | None,
+        typer.Option(help="Split the epoch into N parts solved in parallel, or auto (docs/partitioning.md)."),
+    ] = None,
 ) -> None:
     """Solve one snapshot and print (or write) the decision."""
     from optsched.engine.backends.base import SolveParams
@@ -83,7 +87,12 @@ def solve(
         from optsched.engine.backends.milp.backend import warm_up
 
         warm_up()
-    decision = solve_epoch(state, params=params, predictor=pred)
+    parts: int | str | None = partitions
+    if partitions is not None and partitions != "auto":
+        if not partitions.isdigit() or int(partitions) < 1:
+            fail("--partitions", f"a count >= 1 or auto (got '{partitions}')")
+        parts = int(partitions)
+    decision = solve_epoch(state, params=params, predictor=pred, partitions=parts)
     emit(decision.model_dump_json(indent=1, exclude_none=True), out)
 
 
@@ -154,8 +163,11 @@ def schema(
 
 
 def generate(
-    size: Annotated[str, typer.Option(help="tiny, venus, medium or large")] = "tiny",
+    size: Annotated[str, typer.Option(help="tiny, venus, medium, large or fleet")] = "tiny",
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
+    gpus: Annotated[
+        int | None, typer.Option(help="fleet only: GPUs (a multiple of 8, e.g. 100000); default 10000")
+    ] = None,
     out: Annotated[Path | None, typer.Option("-o", "--out")] = None,
     tree: Annotated[
         bool, typer.Option("--tree", help="Put the tenants under a quota tree (orgs -> teams -> tenants).")
@@ -167,13 +179,21 @@ def generate(
     """Generate a valid random snapshot."""
     from optsched.instances import generate as gen
 
-    if size not in ("tiny", "venus", "medium", "large"):
-        fail("--size", f"unknown size '{size}' (tiny, venus, medium, large)")
+    if size not in ("tiny", "venus", "medium", "large", "fleet"):
+        fail("--size", f"unknown size '{size}' (tiny, venus, medium, large, fleet)")
     if seed < 0:
         fail("--seed", "must be >= 0")
     if not 0.0 <= elastic <= 1.0:
         fail("--elastic", f"a share in [0, 1], got {elastic}")
-    emit(json.dumps(gen(size, seed, tree=tree, elastic=elastic), indent=1), out)  # type: ignore[arg-type]
+    if gpus is not None and size != "fleet":
+        fail("--gpus", "only --size fleet takes a GPU count")
+    if gpus is not None and (gpus < 64 or gpus % 8):
+        fail("--gpus", f"a fleet has a multiple of 8 GPUs, at least 64 (got {gpus})")
+    if size == "fleet" and (tree or elastic):
+        fail("--size", "fleet snapshots take neither --tree nor --elastic")
+    indent = 1 if size != "fleet" else None  # a 100,000-GPU fleet is 30 MB on one line
+    snap = gen(size, seed, gpus=gpus, tree=tree, elastic=elastic)  # type: ignore[arg-type]
+    emit(json.dumps(snap, indent=indent), out)
 
 
 def show_versions() -> None:

@@ -94,6 +94,10 @@ def simulate(
         "(side by side, in DIR/pooled and DIR/partitioned)"),
     load_scale: float = typer.Option(
         1.0, "--load-scale", help="time-compress arrivals by this factor (offered load × X)"),
+    ray: str | None = typer.Option(
+        None, "--ray", help="run every (policy, seed) as a Ray task: 'local' starts Ray here, "
+        "else a cluster address ('auto', 'ray://head:10001'); needs the 'ray' extra"),
+    retries: int = typer.Option(2, "--retries", help="retries of a failed replay (--ray)"),
 ) -> None:
     """Replay a trace under several policies and seeds; write summary.json, the summary.md
     report (optsched.sim.report), plots."""
@@ -137,7 +141,7 @@ def simulate(
             typer.echo(f"mode {m}:")
         summaries[m] = _run_mode(specs, where, trace=trace, pols=pols, seed_list=seed_list,
                                  epoch_s=epoch_s, workers=workers, opts=opts,
-                                 lucid_dir=lucid_dir, plots=plots)
+                                 lucid_dir=lucid_dir, plots=plots, ray=ray, retries=retries)
     if len(modes) > 1:
         (out / "summary.json").write_text(json.dumps(clean({"modes": summaries}), indent=1))
         text = side_by_side(summaries)
@@ -181,7 +185,8 @@ def side_by_side(summaries: dict[str, dict[str, Any]]) -> str:
 
 def _run_mode(specs: list[RunSpec], out: Path, *, trace: str, pols: list[str],
               seed_list: list[int], epoch_s: float, workers: int, opts: dict[str, Any],
-              lucid_dir: Path | None, plots: bool) -> dict[str, Any]:
+              lucid_dir: Path | None, plots: bool, ray: str | None = None,
+              retries: int = 2) -> dict[str, Any]:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from optsched.sim.report import write_report
@@ -196,7 +201,17 @@ def _run_mode(specs: list[RunSpec], out: Path, *, trace: str, pols: list[str],
             prog.update(task, advance=1,
                         description=f"{spec.policy} seed {spec.seed}: {m['sim_seconds']:.0f}s")
 
-        summary = run_many(specs, out=out, workers=workers, on_done=done)
+        failures: list[Any] = []
+        if ray is not None:
+            from optsched.sim.sweep import run_specs
+
+            def fail(spec: RunSpec, err: str) -> None:
+                prog.console.print(f"[red]FAILED[/red] {spec.policy} seed {spec.seed}: {err}")
+
+            summary, failures = run_specs(specs, out, ray_address=ray, use_ray=True, retries=retries,
+                                          on_done=done, on_fail=fail)
+        else:
+            summary = run_many(specs, out=out, workers=workers, on_done=done)
     cfg = specs[0].config if specs else None
     summary["command"] = {
         "trace": trace, "policies": pols, "seeds": seed_list, "epoch_s": epoch_s,
@@ -212,16 +227,64 @@ def _run_mode(specs: list[RunSpec], out: Path, *, trace: str, pols: list[str],
     if plots:
         from optsched.sim.plots import plot_all
 
-        logs = {p: load_log(run_dir(out, p, seed_list[0])) for p in pols}
+        logs = {p: load_log(run_dir(out, p, seed_list[0])) for p in pols
+                if (run_dir(out, p, seed_list[0]) / "meta.json").exists()}
         for path in plot_all(logs, out):
             typer.echo(f"wrote {path}")
     typer.echo(f"wrote {out / 'summary.json'}")
+    if failures:
+        typer.echo(f"{len(failures)} replay(s) failed after {retries} retries; the summary leaves them out",
+                   err=True)
+        raise typer.Exit(1)
     return summary
 
 
+def sweep(
+    spec: Path = typer.Argument(..., help="TOML study: traces, policies, seeds, [settings.NAME]"),
+    out: Path = typer.Option(..., "--out", help="output folder"),
+    ray: str | None = typer.Option(
+        None, "--ray", help="run the replays as Ray tasks: 'local' or a cluster address"),
+    workers: int = typer.Option(1, "--workers", help="parallel processes (without --ray)"),
+    retries: int = typer.Option(2, "--retries", help="retries of a failed replay"),
+) -> None:
+    """Run a whole study (traces x settings x policies x seeds) in one pool; one simulate-style
+    folder per (trace, setting) and sweep.json (optsched.sim.sweep)."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from optsched.sim.sweep import SweepSpec, run_sweep
+
+    try:
+        study = SweepSpec.load(spec)
+    except (OSError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    total = len(study.traces) * len(study.settings) * len(study.policies) * len(study.seeds)
+    with Progress(TextColumn("{task.description}"), BarColumn(),
+                  TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn()) as prog:
+        task = prog.add_task("sweep", total=total)
+
+        def done(key: tuple[str, str, RunSpec], m: dict[str, float]) -> None:
+            prog.update(task, advance=1, description=f"{key[1]} {key[2].policy} seed {key[2].seed}")
+
+        def fail(key: tuple[str, str, RunSpec], err: str) -> None:
+            prog.update(task, advance=1)
+            prog.console.print(
+                f"[red]FAILED[/red] {key[0]} {key[1]} {key[2].policy} seed {key[2].seed}: {err}")
+
+        index, failures = run_sweep(study, out, ray_address=ray, use_ray=ray is not None,
+                                    workers=workers, retries=retries, on_done=done, on_fail=fail)
+    for g in index["groups"]:
+        typer.echo(f"{g['trace']} / {g['setting']}: {g['runs']}/{g['of']} runs -> {out / g['folder']}")
+    typer.echo(f"wrote {out / 'sweep.json'}")
+    if failures:
+        typer.echo(f"{len(failures)} replay(s) failed after {retries} retries", err=True)
+        raise typer.Exit(1)
+
+
 def register(app: typer.Typer) -> None:
-    """Add the ``simulate`` command to ``app``."""
+    """Add the ``simulate`` and ``sweep`` commands to ``app``."""
     app.command("simulate")(simulate)
+    app.command("sweep")(sweep)
 
 
-__all__ = ["markdown_table", "register", "side_by_side", "simulate"]
+__all__ = ["markdown_table", "register", "side_by_side", "simulate", "sweep"]

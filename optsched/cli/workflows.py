@@ -138,6 +138,9 @@ def simulate(
     planner_time_s: float = PLT,
     epoch_s: float = EPOCH,
     window: int = WINDOW,
+    ray: str | None = typer.Option(
+        None, "--ray", help="run every (policy, seed) as a Ray task: 'local' or a cluster address"
+    ),
 ) -> None:
     """Simulate policies x seeds; write summary.json, summary.md and PNG plots to OUT."""
     from optsched.workflows.experiment import run_experiment, write_outputs
@@ -158,7 +161,18 @@ def simulate(
     )
     with _progress() as prog:
         task = prog.add_task("simulating", total=len(exp.policies) * len(exp.seeds))
-        summary, results = run_experiment(exp, lambda msg: prog.update(task, advance=1, description=msg))
+        if ray is not None:
+            from optsched.sim.sweep import run_workflow_experiment
+
+            summary, results, failures = run_workflow_experiment(
+                exp, lambda msg: prog.update(task, advance=1, description=msg), ray_address=ray
+            )
+            if failures:
+                for f in failures:
+                    _console().print(f"[red]FAILED[/red] {f.key[0]} seed {f.key[1]}: {f.error}")
+                raise typer.Exit(1)
+        else:
+            summary, results = run_experiment(exp, lambda msg: prog.update(task, advance=1, description=msg))
     paths = write_outputs(summary, results, out)
     _console().print((out / "summary.md").read_text())
     for p in paths:

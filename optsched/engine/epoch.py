@@ -142,6 +142,9 @@ def solve_epoch(
     *,
     params: SolveParams | None = None,
     predictor: Predictor | None = None,
+    partitions: int | str | None = None,
+    executor: str = "auto",
+    assurance: dict[str, asr.TenantAssurance] | None = None,
 ) -> Decision:
     """Decide one epoch.
 
@@ -155,6 +158,15 @@ def solve_epoch(
         Where runtime, memory and colocation figures come from; default: the trained models
         in ``models/`` when available, else the fallback estimates. The default is loaded once
         per process, before this call's clock starts.
+    partitions:
+        Split the epoch into this many parts (``"auto"``: by size); default from
+        ``snapshot.options.partitions``, else one model (:mod:`optsched.engine.partition`).
+    executor:
+        Where the parts run: ``auto`` (Ray when initialised, else processes), ``ray``,
+        ``process`` or ``serial``; the decision is the same on each.
+    assurance:
+        The assurance signal to decide with instead of the one computed from the snapshot (a
+        part of a partitioned epoch gets the whole fleet's).
 
     Raises
     ------
@@ -170,7 +182,7 @@ def solve_epoch(
     paused = gc.isenabled()
     gc.disable()
     try:
-        return _solve_epoch(snapshot, params, pred)
+        return _solve_epoch(snapshot, params, pred, partitions, executor, assurance, predictor)
     finally:
         if paused:
             gc.enable()
@@ -180,6 +192,10 @@ def _solve_epoch(
     snapshot: Snapshot | ClusterState | str | bytes | dict[str, Any],
     params: SolveParams | None,
     pred: Predictor,
+    partitions: int | str | None = None,
+    executor: str = "auto",
+    assurance: dict[str, asr.TenantAssurance] | None = None,
+    given: Predictor | None = None,
 ) -> Decision:
     t0 = time.monotonic()
     stage: dict[str, float] = {}
@@ -192,8 +208,32 @@ def _solve_epoch(
     deadline = t0 + params.time_limit_s
     stage["validate"] = time.monotonic() - t0
     has_wf = state.snapshot.workflows is not None and bool(state.snapshot.workflows.sessions)
+    split_note = None
+    opts = state.snapshot.options
+    parts = _partitions(state, partitions if partitions is not None else opts.partitions if opts else None)
+    if parts > 1 and has_wf:
+        split_note = "partitions: a snapshot with workflow sessions is solved as one model"
+    elif parts > 1:
+        from optsched.engine.partition import MergeRejected, solve_partitioned
+
+        try:
+            # a given predictor goes to every part; else each worker loads the default once
+            d = solve_partitioned(
+                state, params, parts, solve=solve_epoch, executor=executor, predictor=given  # type: ignore[arg-type]
+            )
+        except MergeRejected as exc:
+            split_note = f"partitions: the merged decision failed the checker ({exc}); solved as one model"
+        except (OptschedError, ValueError):
+            raise
+        except Exception as exc:  # a part's worker crashed, Ray is gone, ...: one model answers
+            log.exception("partitioned solve failed")
+            split_note = f"partitions: {type(exc).__name__}: {exc}; solved as one model"
+        else:
+            d.solver.stage_seconds = {"validate": round(stage["validate"], 6), **d.solver.stage_seconds}
+            d.solver.seconds = round(time.monotonic() - t0, 6)
+            return d
     try:
-        ep = _prepare(state, params, pred, stage)
+        ep = _prepare(state, params, pred, stage, assurance)
     except (OptschedError, ValueError):
         raise
     except Exception as exc:  # pragma: no cover - a bug in predictions or candidates
@@ -207,12 +247,28 @@ def _solve_epoch(
     decision = _cluster_decision(ep, params, t0, deadline, reserve + wf_budget, n_jobs, has_wf)
     if has_wf:
         _attach_workflows(ep, decision, params, deadline, reserve)
+    if split_note is not None:
+        decision.solver.notes.append(split_note)
     decision.solver.stage_seconds = {k: round(v, 6) for k, v in ep.stage.items()}
     decision.solver.seconds = round(time.monotonic() - t0, 6)
     return decision
 
 
-def _prepare(state: ClusterState, params: SolveParams, pred: Predictor, stage: dict[str, float]) -> _Epoch:
+def _partitions(state: ClusterState, value: int | str | None) -> int:
+    if value is None or value == 1:
+        return 1
+    from optsched.engine.partition import resolve_partitions
+
+    return resolve_partitions(value, state)
+
+
+def _prepare(
+    state: ClusterState,
+    params: SolveParams,
+    pred: Predictor,
+    stage: dict[str, float],
+    assurance: dict[str, asr.TenantAssurance] | None = None,
+) -> _Epoch:
     from optsched.engine.candidates import build_problem
     from optsched.engine.lookahead import LookaheadParams, plan_reservations
 
@@ -227,7 +283,7 @@ def _prepare(state: ClusterState, params: SolveParams, pred: Predictor, stage: d
         res = plan_reservations(state, predictions, lp)
         stage["reserve"] = time.monotonic() - t
         t = time.monotonic()
-        signal = asr.compute(state)
+        signal = asr.compute(state) if assurance is None else assurance
         problem = build_problem(state, predictions, pred, signal, params.objective, groups=res.groups)
         stage["candidates"] = time.monotonic() - t
     for w in caught:

@@ -444,6 +444,12 @@ class Options(_Strict):
         "pending gang of at least this many GPUs that cannot start now holds back GPUs for its "
         "predicted start (added by optsched; default 33).",
     )
+    partitions: Annotated[int, Field(ge=1)] | Literal["auto"] | None = Field(
+        default=None,
+        description="Split the epoch into this many parts solved in parallel and merged by a "
+        "coordination step (added by optsched); auto: one part per 10,000 GPUs; null or 1: one "
+        "model (see docs/partitioning.md).",
+    )
 
 
 class Snapshot(_Strict):
