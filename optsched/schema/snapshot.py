@@ -343,21 +343,21 @@ class PoolLending(_Strict):
         default=None, description="Most pool GPUs (dedicated plus lent); null: no cap."
     )
     grow_drain_s: float = Field(
-        default=30.0,
+        default=40.0,
         gt=0,
         allow_inf_nan=False,
         description="The pool grows while the workflow backlog's fluid drain time (predicted work "
         "over the pool's speed) exceeds this, seconds.",
     )
     return_drain_s: float = Field(
-        default=10.0,
+        default=25.0,
         ge=0,
         allow_inf_nan=False,
         description="A lent GPU goes back once the drain time without it is at most this, seconds "
         "(below `grow_drain_s`: the hysteresis band).",
     )
     min_lend_s: float = Field(
-        default=30.0,
+        default=10.0,
         ge=0,
         allow_inf_nan=False,
         description="A lent GPU stays at least this long, seconds, unless its owner needs it or its "
