@@ -126,6 +126,8 @@ class JointSimulator(Simulator):
         self.decisions = 0
         self.solve_seconds: list[float] = []
         self.preemptions = 0
+        self.conflicts = 0
+        """Training GPUs that were also lent to the pool after a decision (always 0)."""
         self.pending_gpu_s = 0.0
         """GPU-seconds of queued training demand inside the metrics window (sum over cluster
         epochs of the queued jobs' GPUs times the epoch length)."""
@@ -227,6 +229,8 @@ class JointSimulator(Simulator):
                 self.devs[key] = _Dev(node=key[0], gtype=x.gpu_type, mem=mem)
                 self.lent[key] = (x.lender, now)
             self.max_pool = max(self.max_pool, len(self.devs))
+        held = {k for j in self.jobs.values() if j.state == "running" for k in j.alloc}
+        self.conflicts += len(held & set(self.lent))
         self.plan_from_engine = d.workflow_plan if self.use_engine_plan else None
         return d
 
