@@ -422,3 +422,16 @@ def test_apply_decision_moves_gpus_into_and_out_of_the_pool() -> None:
     assert {r.gpu.key() for r in d3.pool.returned} == set(lent)
     assert all(r.reason == "burst_passed" for r in d3.pool.returned)
     assert check_decision(load_state(later.model_dump()), d3) == []
+
+
+def test_lent_gpus_go_back_when_lending_is_withdrawn_or_the_node_is_lost() -> None:
+    snap = snapshot(lending=False)
+    _lent(snap, [("c0", 4, "a"), ("c1", 0, "b")])
+    snap["workflows"]["pool"][-1]["busy_until_s"] = NOW + 30.0  # busy, but its node is lost
+    snap["nodes"][1]["available"] = False
+    d = _solve(snap)
+    assert d.pool is not None
+    got = {(r.gpu.key(), r.reason) for r in d.pool.returned}
+    assert got == {(("c0", 4), "not_lendable"), (("c1", 0), "node_unavailable")}
+    assert d.pool.size == 1 and d.pool.lent == {}
+    assert check_decision(load_state(snap), d) == []
