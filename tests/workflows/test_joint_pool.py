@@ -435,3 +435,18 @@ def test_lent_gpus_go_back_when_lending_is_withdrawn_or_the_node_is_lost() -> No
     assert got == {(("c0", 4), "not_lendable"), (("c1", 0), "node_unavailable")}
     assert d.pool.size == 1 and d.pool.lent == {}
     assert check_decision(load_state(snap), d) == []
+
+
+def test_pool_never_grows_beyond_the_activations_left() -> None:
+    """Three long calls: the drain time is far above grow_drain_s, but no more than three GPUs
+    can be busy at once, so the pool grows to three and no further."""
+    snap = snapshot()
+    sessions = _burst(1, per=3)
+    for a in sessions[0]["activations"]:
+        a["output_tokens"] = 20000
+    snap["workflows"]["sessions"] = sessions
+    state = load_state(snap)
+    assert backlog(state).drain_s() > 40.0
+    d = _solve(snap)
+    assert d.pool is not None
+    assert d.pool.size == 3 and len(d.pool.lend) == 2
