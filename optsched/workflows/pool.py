@@ -48,7 +48,8 @@ owners' queued in-quota demand. Among GPUs of a type, the most fragmented node g
 Only idle lent GPUs go back (no running activation, ``busy_until_s`` not after ``now``; a busy
 one goes back at the first epoch it is idle), except on a lost node. The band between
 ``return_drain_s`` and ``grow_drain_s`` plus ``min_lend_s`` is the hysteresis that keeps the
-pool from thrashing. Everything is a pure function of the snapshot: same snapshot, same pool.
+pool from thrashing; an epoch that returns a GPU lends none. Everything is a pure function of
+the snapshot: same snapshot, same pool.
 """
 
 from __future__ import annotations
