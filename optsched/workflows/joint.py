@@ -127,6 +127,7 @@ class JointSimulator(Simulator):
         self.solve_seconds: list[float] = []
         self.preemptions = 0
         self.conflicts = 0
+        self.preempt_reasons: dict[str, int] = {}
         """Training GPUs that were also lent to the pool after a decision (always 0)."""
         self.pending_gpu_s = 0.0
         """GPU-seconds of queued training demand inside the metrics window (sum over cluster
@@ -204,7 +205,10 @@ class JointSimulator(Simulator):
             j = self.jobs[p.job]
             j.runs.append((j.start_s or 0.0, now, j.spec.gpus))
             j.state, j.alloc, j.start_s, j.end_s, j.on_loan = "pending", [], None, None, False
-            self.preemptions += 1
+            if self.t0 <= now < self.t0 + self.jc.horizon_s:
+                self.preemptions += 1
+                why = str(p.reason)
+                self.preempt_reasons[why] = self.preempt_reasons.get(why, 0) + 1
         for s in d.start:
             j = self.jobs[s.job]
             j.state = "running"
@@ -291,6 +295,7 @@ class JointSimulator(Simulator):
             "utilisation": busy / total if total > 0 else 0.0,
             "preemptions": float(self.preemptions),
             "queued_gpu_s": self.pending_gpu_s,
+            **{f"preempted_{k}": float(v) for k, v in sorted(self.preempt_reasons.items())},
         }
 
     def _pool_metrics(self, end: float) -> dict[str, float]:
@@ -448,8 +453,8 @@ def summarize_joint(exp: JointExperiment, rows: list[dict[str, Any]]) -> dict[st
         groups.setdefault((r["arm"], r["policy"]), []).append(r)
     means: dict[str, dict[str, float]] = {}
     for (arm, pol), rs in groups.items():
-        keys = [k for k in rs[0] if isinstance(rs[0][k], int | float) and k != "seed"]
-        means[f"{arm}/{pol}"] = {k: float(np.mean([r[k] for r in rs])) for k in keys}
+        keys = sorted({k for r in rs for k, v in r.items() if isinstance(v, int | float) and k != "seed"})
+        means[f"{arm}/{pol}"] = {k: float(np.mean([r.get(k, 0.0) for r in rs])) for k in keys}
     base = [b for b in exp.baselines if f"fixed/{b}" in means]
     out: dict[str, Any] = {
         "seeds": list(exp.seeds),
@@ -495,7 +500,7 @@ def joint_markdown(summary: dict[str, Any]) -> str:
     lines = [
         "| arm / policy | makespan s | p95 s | mean latency s | GPU-s/session (compute+load+idle) "
         "| GPUs lent (max pool) | lent GPU-s | training util. | training queued GPU-s | "
-        "training mean / p95 queue s | preemptions |",
+        "training mean / p95 queue s | preemptions in the window |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for key, r in m.items():
@@ -506,7 +511,7 @@ def joint_markdown(summary: dict[str, Any]) -> str:
         if "train_utilisation" in r:
             train = (f"{100 * r['train_utilisation']:.1f}% | {r['train_queued_gpu_s']:.0f} | "
                      f"{r['train_mean_queue_s']:.0f} / {r['train_p95_queue_s']:.0f} | "
-                     f"{r['train_preemptions']:.1f}")
+                     f"{r['train_preemptions']:.1f} ({r.get('train_preempted_reclaim', 0.0):.1f} reclaim)")
             lent = f"{r['pool_loans']:.1f} ({r['pool_max_pool_gpus']:.1f}) | {r['pool_lent_gpu_s']:.0f}"
         else:
             train = "— | — | — | —"
