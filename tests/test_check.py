@@ -33,6 +33,7 @@ NAMES = {
     6: "workflow-plan",
     7: "bad-input",
     8: "work-conservation",
+    9: "pool-lending",
 }
 """The short names of docs/snapshot-format.md, written out here on purpose."""
 

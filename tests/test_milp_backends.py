@@ -81,7 +81,8 @@ running = running_item
 def pulp_solve(p: EpochProblem) -> SolveResult:
     from optsched.engine.backends.pulp.backend import PulpBackend
 
-    res = PulpBackend().solve(p, SolveParams(backend="pulp", time_limit_s=2.0))
+    # a generous limit: these models solve in milliseconds, and a loaded machine must not cut them
+    res = PulpBackend().solve(p, SolveParams(backend="pulp", time_limit_s=30.0))
     assert res.status == SolveStatus.OPTIMAL, res.detail
     assert res.assignment is not None
     return res

@@ -1,4 +1,5 @@
-"""``optsched workflows ...`` commands: ``simulate``, ``sweep-load``, ``offline``, ``calibrate``.
+"""``optsched workflows ...`` commands: ``simulate``, ``sweep-load``, ``offline``, ``calibrate``,
+``joint``.
 
 Wire with :func:`register` (adds the ``workflows`` sub-command to the main Typer app). The
 planner, the simulator and the solvers are imported when a command runs.
@@ -250,6 +251,58 @@ def offline(
         mks = [Simulator(ss, get_policy(n), name=n, seed=seed, config=cfg).run().makespan_s for n in names]
         cells = " | ".join(f"{m:.1f} ({m / ob.bound_s:.3f})" for m in mks)
         _console().print(f"| {seed} | {ob.makespan_s:.1f} | {ob.bound_s:.1f} | {cells} |")
+
+
+@app.command()
+def joint(
+    out: Path = OUT,
+    seeds: str = typer.Option("0,1,2", help="comma-separated seeds"),
+    policies: str = typer.Option("greedy,cpsat", help="policies run on the fixed split and the joint pool"),
+    baselines: str = typer.Option("heft,peft,sllm,autellix", help="baselines run on the fixed split"),
+    sessions: int = SESS,
+    window_s: float = WIN,
+    traces: Path | None = TRACES,
+    planner_time_s: float = typer.Option(0.5, help="planner time limit per epoch (s)"),
+    train_t0_s: float = typer.Option(122400.0, help="mini-trace time aligned with the first session (s)"),
+    horizon_s: float = typer.Option(600.0, help="training metrics window after the first session (s)"),
+    cluster_epoch_s: float = typer.Option(10.0, help="period of the joint solve_epoch call (s)"),
+    lending: str = typer.Option("{}", help="extra pool_lending fields as JSON, e.g. '{\"max_size\": 16}'"),
+) -> None:
+    """Joint serving pool vs fixed split: mini-trace training load plus Azure-code bursts."""
+    from optsched.sim.paths import require_traces_dir
+    from optsched.workflows.joint import JointConfig, JointExperiment, joint_markdown, run_joint_experiment
+
+    try:
+        traces = require_traces_dir(traces)
+    except FileNotFoundError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    names = _names(policies)
+    base = _names(baselines)
+    try:
+        extra = json.loads(lending)
+    except json.JSONDecodeError as exc:
+        raise typer.BadParameter(f"--lending is not JSON: {exc}") from None
+    exp = JointExperiment(
+        seeds=tuple(_ints(seeds)),
+        policies=tuple(names),
+        baselines=tuple(base),
+        sessions=sessions,
+        window_s=window_s,
+        traces=traces,
+        planner_time_s=planner_time_s,
+        joint=JointConfig(
+            train_t0_s=train_t0_s, horizon_s=horizon_s, cluster_epoch_s=cluster_epoch_s, lending=extra
+        ),
+    )
+    n = len(exp.seeds) * (len(exp.baselines) + 2 * len(exp.policies))
+    with _progress() as prog:
+        task = prog.add_task("simulating", total=n)
+        summary = run_joint_experiment(exp, lambda msg: prog.update(task, advance=1, description=msg))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    (out / "summary.md").write_text(joint_markdown(summary))
+    _console().print((out / "summary.md").read_text())
+    _console().print(f"wrote {out / 'summary.json'} and {out / 'summary.md'}")
 
 
 @app.command()

@@ -30,6 +30,8 @@ What it does, in order:
    unchanged, as the spec asks).
 5. **Time**: ``now`` advances by ``advance_s`` (default: the snapshot's ``epoch_s``, 60 s when
    the snapshot does not say). Running jobs keep running; nothing arrives or completes.
+6. **Pool**: GPUs the decision's ``pool`` lends join ``workflows.pool`` (empty, ``lent_by`` the
+   lender, ``lent_since_s = now``) and returned ones leave it; workflow sessions are unchanged.
 
 Loans are not stored in a snapshot: they follow from ``on_loan`` and the quotas, and the next
 decision derives them again.
@@ -42,7 +44,7 @@ from __future__ import annotations
 import copy
 
 from optsched.schema.decision import Decision
-from optsched.schema.snapshot import GpuRef, Job, Snapshot
+from optsched.schema.snapshot import Device, GpuRef, Job, Snapshot
 
 __all__ = ["apply_decision"]
 
@@ -133,14 +135,22 @@ def apply_decision(snapshot: Snapshot, decision: Decision, *, advance_s: float |
     # 3. partners that left -------------------------------------------------------------
     _fix_sharing(snapshot, jobs)
 
-    return snapshot.model_copy(
-        update={
-            "now": now + step,
-            "jobs": jobs,
-            "assurance_state": copy.deepcopy(decision.assurance_state) or None,
-        },
-        deep=True,
-    )
+    update: dict[str, object] = {
+        "now": now + step,
+        "jobs": jobs,
+        "assurance_state": copy.deepcopy(decision.assurance_state) or None,
+    }
+    # 6. the workflow pool's size ---------------------------------------------------------
+    wf = snapshot.workflows
+    if decision.pool is not None and wf is not None:
+        back = {r.gpu.key() for r in decision.pool.returned}
+        pool = [d.model_copy(deep=True) for d in wf.pool if d.key() not in back]
+        pool += [
+            Device(node=x.gpu.node, gpu=x.gpu.gpu, busy_until_s=now, lent_by=x.lender, lent_since_s=now)
+            for x in decision.pool.lend
+        ]
+        update["workflows"] = wf.model_copy(update={"pool": pool})
+    return snapshot.model_copy(update=update, deep=True)
 
 
 def _fix_sharing(snapshot: Snapshot, jobs: list[Job]) -> None:

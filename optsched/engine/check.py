@@ -33,7 +33,14 @@
                         that starts before it would end; reservations
                         are well formed and no start that outlives one
                         uses its held GPUs
+ 9  pool-lending        cluster GPUs lent to the workflow pool are free,   ``check_pool_decision``
+                        of allowed types and lenders, from idle quota
+                        within lend limits; returns are idle lent GPUs
 ==  ==================  =================================================  =============================
+
+With lent pool GPUs or a ``pool`` decision, invariants 1-8 are checked on the cluster as the
+pool decision leaves it (``optsched.workflows.check.effective_state``: lent GPUs are pool GPUs
+and count in their lender's quota as use).
 
 Invariant 7 (bad input is rejected) is checked when the snapshot is read
 (:meth:`optsched.engine.state.ClusterState.from_snapshot`), not here.
@@ -53,7 +60,12 @@ from optsched.engine.state import ClusterState, GpuKey
 from optsched.engine.violations import INVARIANT_NAMES, Violation
 from optsched.schema.decision import Decision, PreemptReason, ResizeReason
 from optsched.schema.snapshot import GpuRef, Job
-from optsched.workflows.check import check_workflow_plan
+from optsched.workflows.check import (
+    check_pool_decision,
+    check_workflow_plan,
+    effective_state,
+    lent_devices,
+)
 
 __all__ = [
     "INVARIANT_NAMES",
@@ -1068,6 +1080,10 @@ def check_decision(
     out: list[Violation] = []
     if decision.now != state.snapshot.now:
         out.append(Violation(5, f"decision.now {decision.now} does not echo snapshot.now"))
+    if decision.pool is not None or lent_devices(state):
+        # invariant 9 on the snapshot, the others on the cluster as the pool decision leaves it
+        out += check_pool_decision(state, decision)
+        state = effective_state(state, decision.pool)
     after = _after(state, decision)
     out += check_gpu_sharing(state, decision, after)
     out += check_placement(state, decision, after)

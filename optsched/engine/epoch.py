@@ -38,7 +38,7 @@ from optsched.engine import assurance as asr
 from optsched.engine.backends.base import SolveParams, SolveResult, SolveStatus
 from optsched.engine.state import ClusterState, parse_snapshot
 from optsched.errors import DomainWarning, OptschedError
-from optsched.schema.decision import Decision, SolverInfo, WorkflowPlan
+from optsched.schema.decision import Decision, PoolDecision, SolverInfo, WorkflowPlan
 from optsched.schema.snapshot import Snapshot
 
 if TYPE_CHECKING:
@@ -135,6 +135,10 @@ class _Epoch:
     stage: dict[str, float]
     lookahead: LookaheadParams
     reservations: Reservations
+    orig: ClusterState | None = None
+    """The snapshot's state when a pool decision changed the pool (``state`` is then the pool's
+    effective state)."""
+    pool: PoolDecision | None = None
 
 
 def solve_epoch(
@@ -232,8 +236,18 @@ def _solve_epoch(
             d.solver.stage_seconds = {"validate": round(stage["validate"], 6), **d.solver.stage_seconds}
             d.solver.seconds = round(time.monotonic() - t0, 6)
             return d
+    # the pool's size first (cluster GPUs lent to or returned from the serving pool): the
+    # cluster part and the planner then see the pool it leaves, and the checker judges the
+    # whole decision against the snapshot as given
+    orig = state
+    t = time.monotonic()
+    pool = _decide_pool(state)
+    if pool is not None:
+        state = _effective_state(state, pool)
+        stage["pool"] = time.monotonic() - t
     try:
         ep = _prepare(state, params, pred, stage, assurance)
+        ep.orig, ep.pool = orig, pool
     except (OptschedError, ValueError):
         raise
     except Exception as exc:  # pragma: no cover - a bug in predictions or candidates
@@ -417,7 +431,8 @@ def _cluster_decision(
             seed=params.seed, time_limit_s=params.time_limit_s,
         )
         stage["lookahead"] = stage.get("lookahead", 0.0) + time.monotonic() - t
-        bad = check_decision(ep.state, d)
+        d.pool = ep.pool
+        bad = check_decision(ep.orig or ep.state, d)
         if bad:
             msg = "; ".join(str(v) for v in bad[:5])
             raise _Rejected(f"failed the checker: {msg}")
@@ -445,6 +460,23 @@ def _cluster_decision(
         raise OptschedError("internal error: no valid decision could be built: " + "; ".join(errors))
     finally:
         stage["decide_and_check"] = time.monotonic() - t
+
+
+def _decide_pool(state: ClusterState) -> PoolDecision | None:
+    """The serving pool's size for this epoch (``optsched.workflows.pool``); ``None`` when the
+    snapshot neither allows lending nor holds lent pool GPUs."""
+    wf = state.snapshot.workflows
+    if wf is None or (wf.pool_lending is None and not any(d.lent_by for d in wf.pool)):
+        return None
+    from optsched.workflows.pool import decide_pool
+
+    return decide_pool(state)
+
+
+def _effective_state(state: ClusterState, pool: PoolDecision) -> ClusterState:
+    from optsched.workflows.check import effective_state
+
+    return effective_state(state, pool)
 
 
 class _Rejected(Exception):

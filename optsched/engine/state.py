@@ -390,6 +390,7 @@ def _validate_workflows(snap: Snapshot, node_index: dict[str, int]) -> set[GpuKe
             raise SnapshotError(f"{p}.resident", "a model is listed twice")
         if mem > snap.gpu_types[node.gpu_type].memory_gib + 1e-9:
             raise SnapshotError(f"{p}.resident", "resident models exceed the GPU's memory")
+    _validate_lending(snap, node_index)
     for name, model in wf.models.items():
         for t in model.load_s or {}:
             if t not in snap.gpu_types:
@@ -434,6 +435,46 @@ def _validate_workflows(snap: Snapshot, node_index: dict[str, int]) -> set[GpuKe
         if not nx.is_directed_acyclic_graph(graph):
             raise SnapshotError(f"{p}.activations", "dependencies form a cycle")
     return pool
+
+
+def _validate_lending(snap: Snapshot, node_index: dict[str, int]) -> None:
+    """Lent pool GPUs (``lent_by``) and ``pool_lending`` name known tenants and types, and a
+    tenant's lent GPUs of a type fit in its quota of that type."""
+    wf = snap.workflows
+    assert wf is not None
+    quota = {t.id: t.quota for t in snap.tenants}
+    lent: dict[tuple[str, str], int] = defaultdict(int)
+    for i, dev in enumerate(wf.pool):
+        p = f"workflows.pool[{i}]"
+        if dev.lent_by is None:
+            if dev.lent_since_s is not None:
+                raise SnapshotError(f"{p}.lent_since_s", "only lent GPUs (lent_by) have this field")
+            continue
+        if dev.lent_by not in quota:
+            raise SnapshotError(f"{p}.lent_by", f"unknown tenant '{dev.lent_by}'")
+        if dev.lent_since_s is not None and dev.lent_since_s > snap.now:
+            raise SnapshotError(f"{p}.lent_since_s", "lent in the future")
+        t = snap.nodes[node_index[dev.node]].gpu_type
+        lent[(dev.lent_by, t)] += 1
+        if lent[(dev.lent_by, t)] > quota[dev.lent_by].get(t, 0):
+            raise SnapshotError(
+                f"{p}.lent_by",
+                f"tenant '{dev.lent_by}' lends {lent[(dev.lent_by, t)]} '{t}' GPUs to the pool, "
+                f"beyond its quota {quota[dev.lent_by].get(t, 0)}",
+            )
+    pl = wf.pool_lending
+    if pl is None:
+        return
+    for k, t in enumerate(pl.gpu_types):
+        if t not in snap.gpu_types:
+            raise SnapshotError(f"workflows.pool_lending.gpu_types[{k}]", f"unknown GPU type '{t}'")
+    for k, ten in enumerate(pl.lenders or []):
+        if ten not in quota:
+            raise SnapshotError(f"workflows.pool_lending.lenders[{k}]", f"unknown tenant '{ten}'")
+    if pl.max_size is not None and pl.max_size < pl.min_size:
+        raise SnapshotError("workflows.pool_lending.max_size", "smaller than min_size")
+    if pl.return_drain_s > pl.grow_drain_s:
+        raise SnapshotError("workflows.pool_lending.return_drain_s", "larger than grow_drain_s")
 
 
 def load_state(data: str | bytes | dict[str, Any]) -> ClusterState:

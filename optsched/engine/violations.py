@@ -18,6 +18,7 @@ INVARIANT_NAMES: dict[int, str] = {
     6: "workflow-plan",
     7: "bad-input",
     8: "work-conservation",
+    9: "pool-lending",
 }
 """Invariant number -> its short name in ``docs/snapshot-format.md``."""
 

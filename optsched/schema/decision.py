@@ -12,6 +12,7 @@ Fields optsched adds to format 1 (see "Added fields" in ``docs/snapshot-format.m
 * ``JobPrediction.source``: where a prediction came from.
 * ``Unit.session`` and ``Unit.model`` in workflow plans.
 * ``Decision.resize``: size changes of running elastic jobs (a :class:`Resize`).
+* ``Decision.pool``: cluster GPUs lent to the workflow pool and returned (a :class:`PoolDecision`).
 """
 
 from __future__ import annotations
@@ -346,6 +347,51 @@ class WorkflowPlan(_Strict):
     notes: list[str] = Field(default_factory=list, description="Warnings and remarks of the planner.")
 
 
+class PoolLoan(_Strict):
+    """One cluster GPU lent to the workflow serving pool from a tenant's idle quota (added by
+    optsched)."""
+
+    gpu: GpuRef = Field(description="The cluster GPU that joins the pool.")
+    lender: str = Field(description="The tenant whose idle quota of the GPU's type the pool holds.")
+    gpu_type: str = Field(description="The GPU's type.")
+
+
+class PoolReturn(_Strict):
+    """One lent pool GPU given back to the cluster (added by optsched)."""
+
+    gpu: GpuRef = Field(description="The lent pool GPU that goes back.")
+    lender: str = Field(description="The tenant whose quota it held.")
+    reason: Literal["burst_passed", "owner_needs", "node_unavailable", "not_lendable"] = Field(
+        description="burst_passed: the backlog drains fast enough without it; owner_needs: its lender "
+        "has pending guaranteed work inside its quota; node_unavailable: its node is lost; "
+        "not_lendable: the snapshot no longer allows lending it (type, lender or size cap)."
+    )
+
+
+class PoolDecision(_Strict):
+    """How the workflow pool's size changes this epoch (added by optsched; see "Pool lending" in
+    ``docs/snapshot-format.md``)."""
+
+    lend: list[PoolLoan] = Field(default_factory=list, description="Cluster GPUs that join the pool now.")
+    returned: list[PoolReturn] = Field(
+        default_factory=list, description="Lent GPUs given back to the cluster now."
+    )
+    size: int = Field(ge=0, description="Pool GPUs after the decision, dedicated plus lent.")
+    lent: dict[str, dict[str, int]] = Field(
+        default_factory=dict,
+        description="GPUs lent to the pool after the decision, per lender and GPU type (they count as "
+        "the lender's use in the cluster part).",
+    )
+    backlog_s: float = Field(
+        description="Predicted work of the workflow backlog, seconds on the reference GPU (speed 1)."
+    )
+    drain_s: float | None = Field(
+        description="Fluid drain time of the backlog on the pool after the decision, seconds: the "
+        "backlog (running work included) over the pool's summed speed; null: work but no pool GPU."
+    )
+    notes: list[str] = Field(default_factory=list, description="Why each GPU was lent or returned.")
+
+
 class Decision(_Strict):
     """The output of one scheduling epoch (format 1)."""
 
@@ -401,4 +447,9 @@ class Decision(_Strict):
         default_factory=list,
         description="Gangs with a reservation: GPUs held back now that only jobs predicted to end "
         "before the gang's start may use (added by optsched).",
+    )
+    pool: PoolDecision | None = Field(
+        default=None,
+        description="Cluster GPUs lent to or returned from the workflow pool (added by optsched); "
+        "present when the snapshot has `workflows.pool_lending`.",
     )

@@ -17,6 +17,8 @@ Fields optsched adds to format 1 (see "Added fields" in ``docs/snapshot-format.m
   tenants, with borrow and lend limits at every level).
 * ``Job.min_gpus``, ``Job.max_gpus``, ``Job.gpus_step``, ``Job.resize_overhead_s``: elastic jobs,
   whose size the engine chooses at start and may change while they run.
+* ``Workflows.pool_lending``, ``Device.lent_by``, ``Device.lent_since_s``: cluster GPUs lent to
+  the serving pool from idle quota (the pool's size as a decision).
 """
 
 from __future__ import annotations
@@ -357,6 +359,18 @@ class Device(_Strict):
         allow_inf_nan=False,
         description="When the GPU finishes the activation it runs now, seconds (ignored if in the past).",
     )
+    lent_by: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Cluster GPUs lent to the pool only (added by optsched): the tenant whose idle "
+        "quota of the GPU's type the pool holds, as the last decision's `pool` said; null: a "
+        "dedicated pool GPU.",
+    )
+    lent_since_s: float | None = Field(
+        default=None,
+        allow_inf_nan=False,
+        description="Lent GPUs only (added by optsched): when the GPU joined the pool, seconds.",
+    )
 
     def key(self) -> tuple[str, int]:
         return (self.node, self.gpu)
@@ -395,6 +409,56 @@ class Session(_Strict):
     activations: list[Activation] = Field(description="The LLM calls of the session and their dependencies.")
 
 
+class PoolLending(_Strict):
+    """Which cluster GPUs may join the serving pool under a burst, and when they go back (added
+    by optsched; see "Pool lending" in ``docs/snapshot-format.md``)."""
+
+    gpu_types: list[str] = Field(
+        min_length=1,
+        description="GPU types whose free cluster GPUs may be lent to the pool (keys of `gpu_types`).",
+    )
+    lenders: list[str] | None = Field(
+        default=None,
+        description="Tenants whose idle quota may be lent to the pool; null: every tenant. A tenant's "
+        "`lend_limit` bounds what it lends to tenants and to the pool together.",
+    )
+    min_size: NonNegativeInt = Field(
+        default=0, description="Fewest pool GPUs (dedicated plus lent): returns never go below it."
+    )
+    max_size: NonNegativeInt | None = Field(
+        default=None, description="Most pool GPUs (dedicated plus lent); null: no cap."
+    )
+    grow_drain_s: float = Field(
+        default=40.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="The pool grows while the workflow backlog's fluid drain time (predicted work "
+        "over the pool's speed) exceeds this, seconds.",
+    )
+    return_drain_s: float = Field(
+        default=25.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="A lent GPU goes back once the drain time without it is at most this, seconds "
+        "(below `grow_drain_s`: the hysteresis band).",
+    )
+    min_lend_s: float = Field(
+        default=10.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="A lent GPU stays at least this long, seconds, unless its owner needs it or its "
+        "node is lost.",
+    )
+    session_value: float = Field(
+        default=1.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="Value of one second of one waiting session's latency against one GPU-second of "
+        "cluster work: a GPU is lent when the session-seconds it saves over an epoch, times this, "
+        "exceed the cluster GPU-seconds it forgoes plus its model-load cost.",
+    )
+
+
 class Workflows(_Strict):
     """The workflow part of a snapshot."""
 
@@ -403,10 +467,15 @@ class Workflows(_Strict):
     )
     pool: list[Device] = Field(
         default_factory=list,
-        description="The GPUs that serve workflows only: no cluster job runs on them and they count "
-        "in no tenant's quota.",
+        description="The GPUs that serve workflows only: no cluster job runs on them; dedicated ones "
+        "count in no tenant's quota, lent ones (`lent_by`) in their lender's.",
     )
     sessions: list[Session] = Field(default_factory=list, description="Workflow sessions with work left.")
+    pool_lending: PoolLending | None = Field(
+        default=None,
+        description="Cluster GPUs that may join the pool from idle quota (added by optsched); null: "
+        "the pool is fixed.",
+    )
 
 
 class Options(_Strict):

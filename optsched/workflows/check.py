@@ -27,6 +27,10 @@ Written without any solver or predictor, so it can judge every planner. The rule
 9. **actions** — a model is not loaded while resident (or being loaded) and not evicted while
    absent; actions happen no earlier than ``now``.
 
+Invariant 9 (pool-lending), for decisions that lend cluster GPUs to the pool or return them,
+is :func:`check_pool_decision`; :func:`effective_state` is the state the cluster part and the
+planner see once the pool decision is applied.
+
 Load time (:func:`model_load_s`): the model's ``load_s`` for the GPU type when the snapshot
 gives it, else ``memory_gib / DEFAULT_LOAD_GIB_S`` (a conservative SSD safetensors rate).
 """
@@ -38,8 +42,8 @@ from collections import defaultdict
 
 from optsched.engine.state import ClusterState, GpuKey
 from optsched.engine.violations import Violation
-from optsched.schema.decision import ModelAction, Unit, WorkflowPlan
-from optsched.schema.snapshot import Activation
+from optsched.schema.decision import Decision, ModelAction, PoolDecision, Unit, WorkflowPlan
+from optsched.schema.snapshot import Activation, Device
 
 EPS = 1e-6
 DEFAULT_LOAD_GIB_S = 2.0
@@ -294,4 +298,250 @@ def check_workflow_plan(state: ClusterState, plan: WorkflowPlan) -> list[Violati
             ivs = intervals.get(a.model, [])
             if not any(r <= now + EPS and end <= until + EPS for r, _, until in ivs):
                 out.append(_v(f"'{a.model}' is evicted from {where} while '{aid}' still runs on it", aid))
+    return out
+
+
+# ---------------------------------------------------------------------------- pool lending
+POOL_INV = 9
+"""Invariant 9 (pool-lending): the rules of a decision's ``pool`` part."""
+
+
+def lent_devices(state: ClusterState) -> dict[GpuKey, str]:
+    """Pool GPUs lent from the cluster: GPU -> the tenant whose quota holds it."""
+    wf = state.snapshot.workflows
+    if wf is None:
+        return {}
+    return {d.key(): d.lent_by for d in wf.pool if d.lent_by is not None}
+
+
+def effective_state(state: ClusterState, pool: PoolDecision | None) -> ClusterState:
+    """The state the cluster part and the workflow planner see once ``pool`` is applied.
+
+    Lent GPUs that stay and GPUs lent now are pool GPUs (no cluster job may use them), returned
+    ones are cluster GPUs again, and every lender's ``quota`` (and ``lend_limit``) of a type is
+    lowered by the GPUs of that type it has lent to the pool: the cluster model sees them as
+    the lender's use. Entries the pool checker rejects (unknown GPUs, GPUs held by running
+    jobs, busy returns) are left out so that the state stays valid. Without lent GPUs and
+    without a pool decision, ``state`` itself.
+    """
+    snap = state.snapshot
+    wf = snap.workflows
+    if wf is None or (pool is None and not lent_devices(state)):
+        return state
+    now = snap.now
+    running_on = _running_devices(state)
+    returned: set[GpuKey] = set()
+    if pool is not None:
+        for r in pool.returned:
+            key = r.gpu.key()
+            avail = key[0] in state.node_index and state.node_available(key[0])
+            if key not in running_on or not avail:
+                returned.add(key)
+    lent: dict[tuple[str, str], int] = defaultdict(int)
+    devices: list[Device] = []
+    for d in wf.pool:
+        if d.lent_by is not None:
+            if d.key() in returned and d.key() not in running_on:
+                continue
+            lent[(d.lent_by, state.node_type(d.node))] += 1
+        devices.append(d.model_copy(update={"lent_by": None, "lent_since_s": None}))
+    keys = {d.key() for d in devices}
+    for loan in pool.lend if pool is not None else []:
+        key = loan.gpu.key()
+        i = state.node_index.get(key[0])
+        if i is None or key[1] >= snap.nodes[i].gpus or key in keys or key in state.gpu_holders:
+            continue
+        if loan.lender not in state.tenant_index:
+            continue
+        keys.add(key)
+        devices.append(Device(node=key[0], gpu=key[1], busy_until_s=now))
+        lent[(loan.lender, state.node_type(key[0]))] += 1
+    tenants = []
+    for ten in snap.tenants:
+        mine = {t: n for (who, t), n in lent.items() if who == ten.id}
+        if not mine:
+            tenants.append(ten)
+            continue
+        quota = dict(ten.quota)
+        for t, n in mine.items():
+            quota[t] = max(0, quota.get(t, 0) - n)
+        upd: dict[str, object] = {"quota": quota}
+        if ten.lend_limit is not None:
+            upd["lend_limit"] = {
+                t: max(0, v - mine.get(t, 0)) for t, v in ten.lend_limit.items()
+            }
+        tenants.append(ten.model_copy(update=upd))
+    new_wf = wf.model_copy(update={"pool": devices, "pool_lending": None})
+    return ClusterState.from_snapshot(snap.model_copy(update={"workflows": new_wf, "tenants": tenants}))
+
+
+def _running_devices(state: ClusterState) -> set[GpuKey]:
+    wf = state.snapshot.workflows
+    assert wf is not None
+    return {
+        a.device.key()
+        for s in wf.sessions
+        for a in s.activations
+        if a.state == "running" and a.device is not None
+    }
+
+
+def _use_after(state: ClusterState, decision: Decision) -> dict[tuple[str, str], int]:
+    """GPUs per (tenant, type) held after the decision; MPS guests use no quota."""
+    preempted = {p.job for p in decision.preempt}
+    use: dict[tuple[str, str], int] = defaultdict(int)
+    for job in state.running():
+        if job.id in preempted or job.id in state.host_of:
+            continue
+        use[(job.tenant, state.job_type(job))] += job.gpus
+    for s in decision.start:
+        if s.colocated_with or s.job not in state.job_index or not s.allocation:
+            continue
+        if s.allocation[0].node not in state.node_index:
+            continue
+        use[(state.job(s.job).tenant, state.node_type(s.allocation[0].node))] += len(s.allocation)
+    return use
+
+
+def check_pool_decision(state: ClusterState, decision: Decision) -> list[Violation]:
+    """Invariant 9 (pool-lending): the ``pool`` part of ``decision`` against ``state``.
+
+    * a lent GPU is a cluster GPU on an available node, of the type it names, of a type
+      ``pool_lending.gpu_types`` lists, lent by a tenant ``pool_lending.lenders`` allows, held by
+      no running job and given to no started job, lent once; nothing is lent without
+      ``pool_lending``;
+    * idle quota only: for each lender and type it lends now, its use after the decision plus
+      what it lends to tenants plus what the pool holds of its quota is within its quota, and
+      loans to tenants plus the pool's within its ``lend_limit``;
+    * owner first: a lender does not lend a type while one of its guaranteed jobs allowed on
+      that type stays queued and would fit in its quota without the new pool loans;
+    * a returned GPU is a lent pool GPU of that lender, idle (no running activation and
+      ``busy_until_s`` not after ``now``) unless its node is unavailable;
+    * ``size`` and ``lent`` state the pool after the decision; growth stays within
+      ``max_size``; a ``burst_passed``/``not_lendable`` return does not take the pool below
+      ``min_size`` (an owner's need and a lost node may).
+    """
+    pool = decision.pool
+    if pool is None:
+        return []
+    out: list[Violation] = []
+
+    def bad(msg: str, *ids: str) -> None:
+        out.append(Violation(POOL_INV, msg, tuple(ids)))
+
+    snap = state.snapshot
+    wf = snap.workflows
+    if wf is None:
+        bad("the decision changes the workflow pool but the snapshot has no workflows")
+        return out
+    pl = wf.pool_lending
+    now = snap.now
+    in_pool = {d.key(): d for d in wf.pool}
+    running_on = _running_devices(state)
+    started = {ref.key(): s.job for s in decision.start for ref in s.allocation}
+    lent_after: dict[tuple[str, str], int] = defaultdict(int)
+    new_lent: dict[tuple[str, str], int] = defaultdict(int)
+    seen: set[GpuKey] = set()
+    n_lend = 0
+    for k, loan in enumerate(pool.lend):
+        where = f"pool.lend[{k}] ({loan.gpu.node}/{loan.gpu.gpu})"
+        key = loan.gpu.key()
+        if pl is None:
+            bad(f"{where}: the snapshot has no workflows.pool_lending", loan.lender)
+        i = state.node_index.get(key[0])
+        if i is None or key[1] >= snap.nodes[i].gpus:
+            bad(f"{where}: unknown GPU")
+            continue
+        t = snap.nodes[i].gpu_type
+        if key in in_pool:
+            bad(f"{where}: already in the pool")
+            continue
+        if key in seen:
+            bad(f"{where}: lent twice")
+            continue
+        seen.add(key)
+        if not snap.nodes[i].available:
+            bad(f"{where}: node is unavailable")
+        if loan.gpu_type != t:
+            bad(f"{where}: names type '{loan.gpu_type}' but the GPU is '{t}'")
+        if pl is not None and t not in pl.gpu_types:
+            bad(f"{where}: type '{t}' may not be lent to the pool (pool_lending.gpu_types)")
+        if loan.lender not in state.tenant_index:
+            bad(f"{where}: unknown tenant '{loan.lender}'", loan.lender)
+            continue
+        if pl is not None and pl.lenders is not None and loan.lender not in pl.lenders:
+            bad(f"{where}: '{loan.lender}' is not among pool_lending.lenders", loan.lender)
+        if key in state.gpu_holders:
+            bad(f"{where}: held by running job(s) {list(state.gpu_holders[key])}", *state.gpu_holders[key])
+            continue
+        if key in started:
+            bad(f"{where}: the decision starts '{started[key]}' on it", started[key])
+            continue
+        lent_after[(loan.lender, t)] += 1
+        new_lent[(loan.lender, t)] += 1
+        n_lend += 1
+    n_ret = 0
+    shrink_below_min = False
+    returned: set[GpuKey] = set()
+    for k, r in enumerate(pool.returned):
+        key = r.gpu.key()
+        where = f"pool.returned[{k}] ({key[0]}/{key[1]})"
+        dev = in_pool.get(key)
+        if dev is None or dev.lent_by is None:
+            bad(f"{where}: not a lent pool GPU")
+            continue
+        if key in returned:
+            bad(f"{where}: returned twice")
+            continue
+        if dev.lent_by != r.lender:
+            bad(f"{where}: lent by '{dev.lent_by}', not '{r.lender}'", r.lender)
+        avail = state.node_available(key[0])
+        if avail and (key in running_on or dev.busy_until_s > now + EPS):
+            bad(f"{where}: still busy (a running activation or busy_until_s after now)")
+            continue
+        returned.add(key)
+        n_ret += 1
+        shrink_below_min |= r.reason in ("burst_passed", "not_lendable")
+    for key, dev in in_pool.items():
+        if dev.lent_by is not None and key not in returned:
+            lent_after[(dev.lent_by, state.node_type(key[0]))] += 1
+    size = len(wf.pool) - n_ret + n_lend
+    if pool.size != size:
+        bad(f"pool.size is {pool.size}, the pool has {size} GPUs after the decision")
+    stated = {(ten, t): n for ten, per in pool.lent.items() for t, n in per.items() if n}
+    actual = {k: v for k, v in lent_after.items() if v}
+    if stated != actual:
+        bad(f"pool.lent {dict(sorted(stated.items()))} differs from the GPUs lent after the decision "
+            f"{dict(sorted(actual.items()))}")
+    if pl is not None and n_lend and pl.max_size is not None and size > pl.max_size:
+        bad(f"the pool grows to {size} GPUs, max_size {pl.max_size}")
+    if pl is not None and shrink_below_min and size < pl.min_size:
+        bad(f"returns take the pool to {size} GPUs, min_size {pl.min_size}")
+    use = _use_after(state, decision)
+    loans_out: dict[tuple[str, str], int] = defaultdict(int)
+    loans_in: dict[tuple[str, str], int] = defaultdict(int)
+    for tl in decision.loans:
+        loans_out[(tl.lender, tl.gpu_type)] += tl.gpus
+        loans_in[(tl.borrower, tl.gpu_type)] += tl.gpus
+    queued = set(decision.queue)
+    for (ten, t), n_new in sorted(new_lent.items()):
+        q = state.quota(ten, t)
+        # own use: what it holds less what it borrows (borrowed GPUs use the lenders' quota)
+        u = use.get((ten, t), 0) - loans_in[(ten, t)]
+        lo, lp = loans_out[(ten, t)], lent_after[(ten, t)]
+        if u + lo + lp > q:
+            bad(f"tenant '{ten}' lends {lp} '{t}' GPUs to the pool and {lo} to tenants and uses {u} "
+                f"of its own: beyond its quota {q} (only idle quota may be lent)", ten)
+        ll = state.lend_limit(ten, t)
+        if ll is not None and lo + lp > ll:
+            bad(f"tenant '{ten}' lends {lo + lp} '{t}' GPUs (pool {lp}), lend_limit {ll}", ten)
+        for job in state.pending():
+            if job.tenant != ten or job.id not in queued or job.qos != "guaranteed":
+                continue
+            if t not in state.allowed_types(job):
+                continue
+            if u + lo + lp - n_new + job.gpus <= q:
+                bad(f"tenant '{ten}' lends {n_new} '{t}' GPUs to the pool while its guaranteed job "
+                    f"'{job.id}' ({job.gpus} GPUs) waits within its quota", ten, job.id)
+                break
     return out

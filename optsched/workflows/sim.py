@@ -153,6 +153,8 @@ class Simulator:
             for a in s.activations:
                 self.act[(s.id, a["id"])] = a
                 self.state[(s.id, a["id"])] = "pending"
+        self.retired: list[_Dev] = []
+        """Devices that left the pool (lent GPUs given back), kept for the accounting."""
         self.unit_noise: dict[str, float] = {}
         self._wakes: set[float] = set()
         self.chain_tail: set[tuple[str, str]] = set()
@@ -235,7 +237,20 @@ class Simulator:
                 "sessions": wf_sessions,
             },
         }
+        self._extend_snapshot(data, now)
         return Snapshot.model_validate(data)
+
+    # ------------------------------------------------------------------ hooks (joint simulator)
+    def _extend_snapshot(self, data: dict[str, Any], now: float) -> None:
+        """Add to a snapshot before it is validated (the joint simulator adds the cluster)."""
+
+    def _before_tick(self, now: float) -> bool:
+        """Called at every tick before planning; True forces a new plan (the pool changed)."""
+        del now
+        return False
+
+    def _plan(self, state: ClusterState) -> WorkflowPlan:
+        return self.policy(state, self.cfg.planner_time_s, self.seed)
 
     # ------------------------------------------------------------------ main loop
     def run(self) -> SimResult:
@@ -288,6 +303,7 @@ class Simulator:
                 d.intervals.append((d.loading[1], now, "loading"))
                 d.loading = None
             elif kind == "tick":
+                changed |= self._before_tick(now)
                 if changed and done < total:
                     changed = False
                     snap = self.snapshot(now)
@@ -295,7 +311,7 @@ class Simulator:
                         captured.append(snap)
                     state = ClusterState.from_snapshot(snap)
                     c0 = time.perf_counter()
-                    plan = self.policy(state, self.cfg.planner_time_s, self.seed)
+                    plan = self._plan(state)
                     planner_s.append(time.perf_counter() - c0)
                     plans += 1
                     fallbacks += plan.status == "fallback"
@@ -314,7 +330,7 @@ class Simulator:
         makespan = max(session_end.values()) - t0
         end_t = t0 + makespan
         comp = load_t = idle_res = 0.0
-        for d in self.devs.values():
+        for d in [*self.devs.values(), *self.retired]:
             for m, since in d.since.items():
                 d.resident_spans.append((since, end_t))
                 del m
@@ -341,7 +357,7 @@ class Simulator:
 
     def _residency_trace(self) -> list[dict[str, Any]]:
         out = []
-        for d in self.devs.values():
+        for d in [*self.devs.values(), *self.retired]:
             for s, e, what in d.intervals:
                 out.append({"device": d.node, "start": s, "end": e, "what": what})
         return out
