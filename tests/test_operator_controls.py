@@ -324,3 +324,99 @@ def test_schema_fields_default_to_no_control() -> None:
     t = Tenant(id="a")
     assert t.preemption is None and t.priority_classes is None
     assert TenantPreemption() == TenantPreemption(min_runtime_s=0.0, max_gpus_per_epoch=None, hysteresis=0.0)
+
+
+# --- a cap that rations a tenant's own guaranteed work ---------------------------------------
+
+
+def rationed() -> dict[str, Any]:
+    """8 GPUs, tenant a (quota 8, cap 2 GPUs per epoch) runs 5 best-effort 1-GPU jobs; 3 GPUs
+    are free; 3 guaranteed 2-GPU jobs of a and one best-effort 1-GPU job ``x`` of a wait.
+    D = 6 (guaranteed GPUs), I = 3 (idle quota), R = 5 (preemptible): min(5, 3) > 2, so a is
+    cap-starved: one decision may free 2 GPUs, its guaranteed jobs want 3 more than its idle
+    quota."""
+    snap = cluster(tenants={"a": {"A100": 8}})
+    snap["tenants"][0]["preemption"] = {"max_gpus_per_epoch": 2}
+    snap["jobs"] = [
+        running(f"be{g}", "a", [("n0", g)], start_s=NOW - 5_000.0 + 100.0 * g, qos="best_effort",
+                restart_cost_s=60.0)
+        for g in range(5)
+    ]
+    snap["jobs"] += [pending(f"g{k}", "a", 2, submit_s=NOW - 10.0, runtime_s=60.0) for k in range(3)]
+    snap["jobs"].append(pending("x", "a", 1, submit_s=NOW - 10.0, runtime_s=600.0, qos="best_effort"))
+    return snap
+
+
+@pytest.mark.parametrize("engine", BACKENDS)
+def test_cap_starved_tenant_holds_its_best_effort_starts(engine: str) -> None:
+    from optsched.engine.candidates import cap_starved
+
+    snap = rationed()
+    starved = cap_starved(load_state(snap))
+    a = starved["a"]
+    assert list(starved) == ["a"] and (a.wanted, a.idle, a.movable, a.cap) == (6, 3, 5, 2)
+    d = solve(snap, engine)
+    # one 1-GPU victim, two guaranteed starts on 3 free + 1 freed GPUs; x waits: started now,
+    # it would be the cheapest victim for the last guaranteed job next epoch
+    assert len([p for p in d.preempt if p.reason == PreemptReason.PRIORITY]) == 1
+    assert sorted(s.job for s in d.start) in (["g0", "g1"], ["g0", "g2"], ["g1", "g2"])
+    assert "x" in d.queue and d.queue_reasons["x"].value == "preemption_cap"
+    e = d.explanations["x"]
+    assert e.binding == "preemption_cap" and e.code == "preemption_cap"
+    assert "max_gpus_per_epoch frees at most 2" in e.text
+    waiting = [g for g in ("g0", "g1", "g2") if g in d.queue]
+    assert e.blocked_by == waiting and len(waiting) == 1
+    # the next epochs: no job the run started is ever stopped, and no decision preempts more
+    # than the cap
+    started_by_run: set[str] = set(started(d))
+    snap_m = apply_decision(load_state(snap).snapshot, d)
+    for _ in range(3):
+        snap_m = snap_m.model_copy(update={"now": snap_m.now + snap_m.epoch_s})
+        state = ClusterState.from_snapshot(snap_m)
+        d = solve(snap_m, engine)
+        stopped = {p.job for p in d.preempt}
+        assert not stopped & started_by_run, f"stopped {stopped & started_by_run}"
+        assert sum(state.job(j).gpus for j in stopped) <= 2
+        started_by_run |= set(started(d))
+        snap_m = apply_decision(state.snapshot, d)
+
+
+def test_the_checker_exempts_only_cap_starved_tenants() -> None:
+    from optsched.engine.candidates import cap_starved
+    from optsched.engine.check import check_work_conservation
+    from optsched.schema.decision import SolverInfo
+
+    # a decision that starts nothing: 3 GPUs free, 3 of a's quota idle
+    nothing = Decision(
+        now=NOW, status="feasible", solver=SolverInfo(backend="test", seconds=0.0), start=[],
+        preempt=[], queue=["g0", "g1", "g2", "x"], loans=[], assurance={"a": 1.0},
+    )
+    snap = rationed()
+    flagged = [v.ids for v in check_work_conservation(load_state(snap), nothing)]
+    assert flagged == [("g0",), ("g1",), ("g2",)]  # x may wait: a is cap-starved
+    # with a cap of 3, min(R, D - I) = 3 is within one decision's preemptions: x must start too
+    snap["tenants"][0]["preemption"] = {"max_gpus_per_epoch": 3}
+    state = load_state(snap)
+    assert cap_starved(state) == {}
+    flagged = [v.ids for v in check_work_conservation(state, nothing)]
+    assert flagged == [("g0",), ("g1",), ("g2",), ("x",)]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_engine_and_checker_agree_on_who_is_cap_starved(seed: int) -> None:
+    import random
+
+    from optsched.engine.candidates import cap_starved
+    from optsched.engine.check import _cap_starved
+    from optsched.instances import generate
+
+    rng = random.Random(seed)
+    snap = generate("venus", seed)
+    for t in snap["tenants"]:
+        t["preemption"] = {
+            "max_gpus_per_epoch": rng.choice((1, 4, 8, 32)),
+            "min_runtime_s": rng.choice((0.0, 600.0)),
+        }
+    state = load_state(snap)
+    assert set(cap_starved(state)) == _cap_starved(state)
+    assert _cap_starved(state), "a Venus-size snapshot with small caps has a cap-starved tenant"

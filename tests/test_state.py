@@ -160,3 +160,27 @@ def test_generated_snapshots_round_trip(size: str) -> None:
     again = parse_snapshot(snap.model_dump_json())
     assert again == snap
     load_state(snap.model_dump())
+
+
+def test_stale_on_loan_flags_are_settled_inside_quota() -> None:
+    # b's quota (4) less its own use (1) holds 3 GPUs of its on-loan jobs: the guaranteed one
+    # first (2), then by start time the 1-GPU one fits, the 2-GPU best-effort one does not
+    snap = cluster(tenants={"a": {"A100": 4}, "b": {"A100": 4}})
+    snap["jobs"] = [
+        running("b0", "b", [("n0", 0)], start_s=50.0),
+        running("l1", "b", [("n0", 1), ("n0", 2)], start_s=100.0, qos="best_effort", on_loan=True),
+        running("l2", "b", [("n0", 3), ("n0", 4)], start_s=200.0, on_loan=True),
+        running("l3", "b", [("n0", 5)], start_s=300.0, qos="best_effort", on_loan=True),
+        running("a0", "a", [("n0", 6)], start_s=50.0, on_loan=True),
+    ]
+    state = load_state(snap)
+    flags = {j.id: j.on_loan for j in state.running()}
+    assert flags == {"b0": False, "l1": True, "l2": False, "l3": False, "a0": False}
+    # once b's own use fills its quota, its on-loan jobs stay on loan
+    snap["jobs"][0]["gpus"] = 3
+    snap["nodes"].append({"id": "n1", "gpu_type": "A100", "gpus": 8})
+    snap["jobs"][0]["allocation"] = [{"node": n, "gpu": g} for n, g in (("n0", 0), ("n1", 0), ("n1", 1))]
+    snap["jobs"][2]["on_loan"] = True
+    state = load_state(snap)
+    flags = {j.id: j.on_loan for j in state.running()}
+    assert flags == {"b0": False, "l1": True, "l2": True, "l3": False, "a0": False}

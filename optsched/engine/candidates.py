@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 from collections import defaultdict
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from optsched.engine import assurance as asr
 from optsched.engine import elastic
@@ -75,6 +76,73 @@ def protected(snap: Snapshot, tenant: Tenant, job: Job) -> bool:
     if job.on_loan or job.start_s is None:
         return False
     return snap.now - job.start_s < min_runtime_s(tenant, job)
+
+
+@dataclass(frozen=True)
+class CapStarved:
+    """Why a tenant is cap-starved (:func:`cap_starved`), in GPUs."""
+
+    wanted: int
+    """``D``: GPUs its pending guaranteed jobs of at most ``cap`` GPUs ask for."""
+    idle: int
+    """``I``: its idle quota, summed over types."""
+    movable: int
+    """``R``: GPUs of its running jobs a priority preemption may stop."""
+    cap: int
+    """``c``: its ``max_gpus_per_epoch``."""
+
+
+def cap_starved(state: ClusterState) -> dict[str, CapStarved]:
+    """Tenants whose best-effort (non-guaranteed) pending jobs are held this epoch because their
+    preemption cap rations what their guaranteed jobs need.
+
+    A tenant with ``preemption.max_gpus_per_epoch = c`` is *cap-starved* when
+    ``min(R, D - I) > c``: ``D`` is the GPUs its pending guaranteed jobs of at most ``c`` GPUs
+    ask for (an elastic job at its smallest size; a larger gang is left out, since one epoch's
+    preemptions cannot make room for it alone and holding for it could idle GPUs for good),
+    ``I`` its idle quota summed over types (quota less the GPUs of its
+    kept running jobs: MPS guests and jobs on unavailable nodes excluded), and ``R`` the GPUs of
+    its kept running jobs a priority preemption may stop (preemptible, not guaranteed, not on
+    loan, past their minimum runtime). Its guaranteed jobs then want more of its own GPUs than
+    one decision may take from it, so preemptions go on over the next epochs; a best-effort job
+    it started now would be among their victims (KAI #136: started, then preempted). Such jobs
+    stay queued with reason ``preemption_cap`` until ``min(R, D - I) <= c``; invariant 8 exempts
+    them.
+    """
+    snap = state.snapshot
+    capped = {
+        t.id: t.preemption.max_gpus_per_epoch
+        for t in snap.tenants
+        if t.preemption is not None and t.preemption.max_gpus_per_epoch is not None
+    }
+    if not capped:
+        return {}
+    down = {n.id for n in snap.nodes if not n.available}
+    use: dict[tuple[str, str], int] = defaultdict(int)
+    movable: dict[str, int] = defaultdict(int)
+    for job in state.running():
+        if job.tenant not in capped or job.id in state.host_of:
+            continue
+        assert job.allocation is not None
+        if down and any(r.node in down for r in job.allocation):
+            continue
+        use[(job.tenant, state.job_type(job))] += job.gpus
+        tenant = snap.tenants[state.tenant_index[job.tenant]]
+        stoppable = job.is_preemptible and job.qos != "guaranteed" and not job.on_loan
+        if stoppable and not protected(snap, tenant, job):
+            movable[job.tenant] += job.gpus
+    wanted: dict[str, int] = defaultdict(int)
+    for job in state.pending():
+        if job.tenant in capped and job.qos == "guaranteed":
+            g = job.size_range[0] if job.is_elastic else job.gpus
+            if g <= capped[job.tenant]:
+                wanted[job.tenant] += g
+    out: dict[str, CapStarved] = {}
+    for ten, c in capped.items():
+        idle = sum(max(0, state.quota(ten, t) - use[(ten, t)]) for t in state.type_names)
+        if min(movable[ten], wanted[ten] - idle) > c:
+            out[ten] = CapStarved(wanted[ten], idle, movable[ten], c)
+    return out
 
 
 def build_problem(
@@ -208,6 +276,8 @@ def build_problem(
     unknown_classes: set[tuple[str, str]] = set()
     # elastic pending jobs: (job, tenant, value, static value, priority class), sized below
     flexible: list[tuple[Job, int, float, float, str]] = []
+    starved = cap_starved(state)
+    held_back: list[str] = []
     for job in state.pending():
         k = state.tenant_index[job.tenant]
         kind = (k, job.gpus, None if job.gpu_types is None else tuple(job.gpu_types))
@@ -237,6 +307,9 @@ def build_problem(
             v *= cw
             static[job.id] *= cw
         density[job.id] = v / job.gpus
+        if job.tenant in starved and job.qos != "guaranteed":
+            held_back.append(job.id)  # its tenant's guaranteed jobs wait on capped preemptions
+            continue
         if job.is_elastic:
             memory[job.id] = est.memory_gib
             flexible.append((job, k, v, static[job.id], pclass))
@@ -395,6 +468,7 @@ def build_problem(
         evicted=tuple(evicted),
         density=density,
         unplaceable=tuple(unplaceable),
+        held_back=tuple(held_back),
         kept_over=kept_over,
         deficit=deficit,
         reclaim_bonus=reclaim_bonus,

@@ -1007,6 +1007,52 @@ def check_reservations(state: ClusterState, decision: Decision, after: _After) -
     return out
 
 
+def _cap_starved(state: ClusterState) -> set[str]:
+    """Tenants with ``preemption.max_gpus_per_epoch = c`` and ``min(R, D - I) > c``.
+
+    ``D``: GPUs asked for by the tenant's pending guaranteed jobs of at most ``c`` GPUs (an
+    elastic job at its smallest size); ``I``: sum over types of max(0, quota - GPUs of its
+    running jobs), MPS guests and jobs with a GPU on an unavailable node left out; ``R``: GPUs
+    of those running jobs that are preemptible, not guaranteed, not on loan and have run at
+    least their minimum runtime (``Job.min_runtime_s``, else the tenant's
+    ``preemption.min_runtime_s``).
+    """
+    snap = state.snapshot
+    caps = {
+        t.id: (t.preemption.max_gpus_per_epoch, t.preemption.min_runtime_s)
+        for t in snap.tenants
+        if t.preemption is not None and t.preemption.max_gpus_per_epoch is not None
+    }
+    if not caps:
+        return set()
+    use: dict[tuple[str, str], int] = defaultdict(int)
+    movable: dict[str, int] = defaultdict(int)
+    for job in state.running():
+        if job.tenant not in caps or job.id in state.host_of or job.allocation is None:
+            continue
+        if any(not state.node_available(r.node) for r in job.allocation):
+            continue
+        use[(job.tenant, state.node_type(job.allocation[0].node))] += job.gpus
+        minimum = job.min_runtime_s if job.min_runtime_s is not None else caps[job.tenant][1]
+        young = job.start_s is not None and snap.now - job.start_s < minimum
+        if job.is_preemptible and job.qos != "guaranteed" and not job.on_loan and not young:
+            movable[job.tenant] += job.gpus
+    wanted: dict[str, int] = defaultdict(int)
+    for job in state.pending():
+        if job.tenant in caps and job.qos == "guaranteed":
+            g = job.size_range[0] if job.is_elastic else job.gpus
+            cap = caps[job.tenant][0]
+            if cap is not None and g <= cap:
+                wanted[job.tenant] += g
+    out: set[str] = set()
+    for ten, (cap, _) in caps.items():
+        assert cap is not None
+        idle = sum(max(0, state.quota(ten, t) - use[(ten, t)]) for t in state.type_names)
+        if min(movable[ten], wanted[ten] - idle) > cap:
+            out.add(ten)
+    return out
+
+
 def check_work_conservation(
     state: ClusterState, decision: Decision, after: _After | None = None
 ) -> list[Violation]:
@@ -1026,6 +1072,9 @@ def check_work_conservation(
     ``decision.predictions``; a job without a prediction gets no such exemption) are fewer than
     its gang: starting it would use GPUs reserved for a gang planned to start earlier.
 
+    A best-effort job of a *cap-starved* tenant is exempt (:func:`_cap_starved`): its tenant's
+    guaranteed jobs need more of its GPUs than its ``max_gpus_per_epoch`` lets one decision free.
+
     Linear in jobs + GPUs + tenants x types: per-type and per-(tenant, type) sums are computed
     once, then each pending job looks at its allowed types only.
     """
@@ -1039,9 +1088,12 @@ def check_work_conservation(
     use = after.use
     _, lent_out = _loan_totals(state, decision)
     reasons = decision.queue_reasons
+    starved = _cap_starved(state)
     out: list[Violation] = []
     for job in state.pending():
         if job.id in after.started:
+            continue
+        if job.tenant in starved and job.qos != "guaranteed":
             continue
         g = job.size_range[0] if job.is_elastic else job.gpus  # an elastic job at its smallest
         for t in state.allowed_types(job):

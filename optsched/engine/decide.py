@@ -16,6 +16,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 
 from optsched.engine import assurance as asr
+from optsched.engine.candidates import cap_starved
 from optsched.engine.check import over_quota_note
 from optsched.engine.problem import Assignment, EpochProblem
 from optsched.engine.quota_tree import LoanMatcher, group_flows
@@ -264,6 +265,8 @@ def to_decision(
         g = job.size_range[0] if job.is_elastic else job.gpus
         kind_of.append((job.tenant, g, None if job.gpu_types is None else tuple(job.gpu_types)))
     explanations = explain(state, p, starts, preempt, use, loans, queue, kind_of, signal, resizes)
+    if p.held_back:
+        _explain_held_back(state, p, explanations, queue)
     reasons = {jid: QueueReason(explanations[jid].code) for jid in queue}
     preds = {
         jid: JobPrediction(
@@ -815,6 +818,42 @@ def _explain_queued(
         types=fits,
         blocked_by=blocked,
     )
+
+
+def _explain_held_back(
+    state: ClusterState, p: EpochProblem, explanations: dict[str, Explanation], queue: list[str]
+) -> None:
+    """Explanations of the best-effort jobs held back by their tenant's preemption cap
+    (``p.held_back``): binding ``preemption_cap``, ``blocked_by`` the tenant's queued guaranteed
+    jobs the hold is for; the per-type numbers stay."""
+    why = cap_starved(state)
+    waiting: dict[str, list[str]] = defaultdict(list)
+    for jid in queue:
+        job = state.job(jid)
+        if job.qos == "guaranteed" and job.tenant in why and len(waiting[job.tenant]) < MAX_IDS:
+            waiting[job.tenant].append(jid)
+    for jid in p.held_back:
+        e = explanations.get(jid)
+        if e is None:
+            continue
+        ten = state.job(jid).tenant
+        w = why[ten]
+        text = (
+            f"held by the preemption cap: {ten}'s guaranteed jobs of at most {w.cap} GPUs wait "
+            f"for {w.wanted} GPUs, "
+            f"{w.wanted - w.idle} beyond its idle quota of {w.idle}, and {w.movable} GPUs of its "
+            f"running jobs may be preempted for them, but max_gpus_per_epoch frees at most {w.cap} "
+            "per decision; its best-effort jobs wait until no more than that is needed (started "
+            "now, one would be among the next victims). " + e.text
+        )
+        explanations[jid] = e.model_copy(
+            update={
+                "code": QueueReason.PREEMPTION_CAP.value,
+                "binding": "preemption_cap",
+                "text": text,
+                "blocked_by": list(waiting[ten]),
+            }
+        )
 
 
 def _explain_preempted(

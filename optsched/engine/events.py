@@ -42,6 +42,7 @@ from collections import defaultdict
 from typing import Any
 
 from optsched.engine import assurance as asr
+from optsched.engine.candidates import cap_starved
 from optsched.engine.check import check_decision, over_quota_note
 from optsched.engine.decide import _Placer, derive_loans
 from optsched.engine.objective import ObjectiveWeights
@@ -189,14 +190,16 @@ def decide_event(state: ClusterState, *, allow_loans: bool = True,
             return True
         return False
 
+    starved = cap_starved(state)  # their best-effort jobs wait for capped preemptions
+    eligible = [j for j in order if j.qos == "guaranteed" or j.tenant not in starved]
     blocked: set[str] = set()  # types on which an in-quota job stays queued
-    for job in order:
+    for job in eligible:
         if not try_start(job, on_loan=False):
             for t in state.allowed_types(job):
                 if own[(job.tenant, t)] + job.gpus <= state.quota(job.tenant, t):
                     blocked.add(t)
     if allow_loans:
-        for job in order:
+        for job in eligible:
             if job.id in started:
                 continue
             if hold_for_quota and any(t in blocked for t in state.allowed_types(job)):
@@ -204,7 +207,7 @@ def decide_event(state: ClusterState, *, allow_loans: bool = True,
             try_start(job, on_loan=True)
 
     if predictor is not None:
-        guests = _guests(state, [j for j in order if j.id not in started], starts, predictor,
+        guests = _guests(state, [j for j in eligible if j.id not in started], starts, predictor,
                          weights or ObjectiveWeights(), signal)
         starts += guests
         started.update(s.job for s in guests)

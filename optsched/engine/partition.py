@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from optsched.engine import assurance as asr
+from optsched.engine.candidates import cap_starved, protected
 from optsched.engine.check import over_quota_note
 from optsched.engine.state import ClusterState
 from optsched.schema.decision import (
@@ -609,11 +610,8 @@ def merge(
         assert job.allocation is not None
         if any(not state.node_available(r.node) for r in job.allocation):
             continue
-        if not job.on_loan:
-            pre = tenants[job.tenant].preemption
-            least = job.min_runtime_s if job.min_runtime_s is not None else pre.min_runtime_s if pre else 0.0
-            if not job.is_preemptible or (job.start_s is not None and snap.now - job.start_s < least):
-                continue
+        if not job.on_loan and (not job.is_preemptible or protected(snap, tenants[job.tenant], job)):
+            continue
         found[state.job_type(job)].append(
             _Victim(job, "loan" if job.on_loan else "priority", job.tenant, job.gpus, tuple(job.allocation))
         )
@@ -628,7 +626,13 @@ def merge(
 
     # fill: queued jobs on the leftover capacity, global quota and loans; a guaranteed job of a
     # tenant whose assurance asks for reclaim may undo starts and stop jobs anywhere in the fleet
-    queued = [j for j in state.pending() if j.id not in started_ids]
+    # best-effort jobs of cap-starved tenants stay queued (candidates.cap_starved, invariant 8)
+    starved = cap_starved(state)
+    queued = [
+        j
+        for j in state.pending()
+        if j.id not in started_ids and (j.qos == "guaranteed" or j.tenant not in starved)
+    ]
     queued.sort(key=_queue_key)
     added: list[Start] = []
     for rnd in range(3):

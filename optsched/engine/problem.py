@@ -163,6 +163,9 @@ class EpochProblem:
     MPS guests do not count."""
     tree: QuotaTree = EMPTY
     """The quota groups above the tenants (tenant indices are the problem's); empty: flat."""
+    held_back: tuple[str, ...] = ()
+    """Best-effort pending jobs of cap-starved tenants (:func:`~optsched.engine.candidates.cap_starved`):
+    not candidates this epoch, queued with reason ``preemption_cap``."""
 
     def cap_of(self, tenant: int) -> int | None:
         """The tenant's priority-preemption cap in GPUs, if any."""

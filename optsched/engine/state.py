@@ -233,6 +233,7 @@ class ClusterState:
             host_of[guest.id] = host.id
             gpu_holders[key] = (host.id, guest.id)
 
+        snap = _settle_loans(snap, node_types, host_of)
         return cls(
             snapshot=snap,
             type_names=tuple(types),
@@ -480,3 +481,45 @@ def _validate_lending(snap: Snapshot, node_index: dict[str, int]) -> None:
 def load_state(data: str | bytes | dict[str, Any]) -> ClusterState:
     """Parse and validate a snapshot in one step."""
     return ClusterState.from_snapshot(parse_snapshot(data))
+
+
+def _settle_loans(snap: Snapshot, node_types: dict[str, str], host_of: dict[str, str]) -> Snapshot:
+    """The snapshot with stale ``on_loan`` flags cleared.
+
+    A running job keeps the ``on_loan`` flag it started with, but its tenant's own use may drop
+    later (a job inside its quota ends or is stopped): then the tenant's quota holds the job and
+    it is no longer borrowing. Per (tenant, type), while the quota less the GPUs of the tenant's
+    running jobs not on loan (MPS guests excluded) holds one of its on-loan jobs, that job is
+    taken as inside quota: guaranteed jobs first, then by start time, then id. Without this a
+    job could be reclaimed for a lender and start again inside its own quota one epoch later.
+    """
+    own: dict[tuple[str, str], int] = defaultdict(int)
+    loaned: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for i, job in enumerate(snap.jobs):
+        if job.state != "running" or job.id in host_of or job.allocation is None:
+            continue
+        key = (job.tenant, node_types[job.allocation[0].node])
+        if job.on_loan:
+            loaned[key].append(i)
+        else:
+            own[key] += job.gpus
+    if not loaned:
+        return snap
+    quota = {t.id: t.quota for t in snap.tenants}
+    settled: list[int] = []
+    for key, idxs in loaned.items():
+        room = quota[key[0]].get(key[1], 0) - own[key]
+        if room <= 0:
+            continue
+        idxs.sort(key=lambda i: (snap.jobs[i].qos != "guaranteed", snap.jobs[i].start_s, snap.jobs[i].id))
+        for i in idxs:
+            g = snap.jobs[i].gpus
+            if g <= room:
+                room -= g
+                settled.append(i)
+    if not settled:
+        return snap
+    jobs = list(snap.jobs)
+    for i in settled:
+        jobs[i] = jobs[i].model_copy(update={"on_loan": False})
+    return snap.model_copy(update={"jobs": jobs})

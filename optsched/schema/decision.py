@@ -61,6 +61,9 @@ class QueueReason(StrEnum):
     """The time budget ran out before the job was considered (fallback only)."""
     RESERVED = "reserved"
     """It would fit, but only on GPUs held for a reserved gang that starts before it would end."""
+    PREEMPTION_CAP = "preemption_cap"
+    """A best-effort job of a tenant whose guaranteed jobs wait on preemptions its
+    ``max_gpus_per_epoch`` spreads over epochs: it would be one of their next victims."""
 
 
 Binding = Literal[
@@ -79,6 +82,7 @@ Binding = Literal[
     "host_preempted",
     "interference",
     "reservation",
+    "preemption_cap",
 ]
 """The constraint an explanation names (see "Explanations" in ``docs/snapshot-format.md``)."""
 
@@ -162,7 +166,8 @@ class Explanation(_Strict):
     blocked_by: list[str] = Field(
         default_factory=list,
         description="Queued jobs: jobs started now that hold the GPUs (binding capacity/priority) or "
-        "the tenant's quota (quota bindings) on the best type, most valuable first, at most 10.",
+        "the tenant's quota (quota bindings) on the best type, most valuable first, at most 10; "
+        "binding preemption_cap: the tenant's queued guaranteed jobs the hold is for.",
     )
     made_room_for: list[str] = Field(
         default_factory=list,
