@@ -21,7 +21,10 @@ falls below ``THETA_RECLAIM`` (use (b): it takes back capacity it lent, possibly
 earlier epoch started on loan) or below ``THETA_SHARE`` (use (c): its MPS guests are evicted).
 Those crossings are the documented reasons for a later decision to differ, so the run counts as
 settled two epochs after the last crossing (and never before epoch 2: the first epoch stops
-jobs on drained nodes and evicts guests, the second may start what they left).
+jobs on drained nodes and evicts guests, the second may start what they left). A tenant's
+``max_gpus_per_epoch`` spreads what one decision would do over several epochs: the run counts
+as settled two epochs after the last decision whose priority victims of one tenant reached its
+cap (a run that never stops doing so fails the final check).
 """
 
 from __future__ import annotations
@@ -92,6 +95,21 @@ def _tree_deficit(state: ClusterState, held: Counter[tuple[str, str]], t: str) -
     return sum(n for _, n in demands) - covered
 
 
+def _rationed(state: ClusterState, d: Decision) -> bool:
+    """Whether a tenant's priority victims reached its ``max_gpus_per_epoch``: the cap spreads
+    what one decision would do over several epochs, so the next decisions go on with it."""
+    lost: Counter[str] = Counter()
+    for p in d.preempt:
+        job = state.job(p.job)
+        if p.reason == "priority" and not job.on_loan and p.job not in state.host_of:
+            lost[job.tenant] += job.gpus
+    for ten in state.snapshot.tenants:
+        cap = ten.preemption.max_gpus_per_epoch if ten.preemption is not None else None
+        if cap is not None and lost[ten.id] >= cap > 0:
+            return True
+    return False
+
+
 def _freed_and_used(state: ClusterState, d: Decision) -> tuple[Counter[str], Counter[str]]:
     """GPUs freed by reclaim/priority preemptions and GPUs taken by exclusive starts, per type."""
     freed: Counter[str] = Counter()
@@ -118,6 +136,8 @@ def run_epochs(snap: Snapshot, params: SolveParams, epochs: int = EPOCHS) -> Non
         last = trig
         d = solve_epoch(state, params=params, predictor=PREDICTOR)
         assert_decision_valid(state, d)
+        if _rationed(state, d):
+            settled_from = max(settled_from, e + SETTLE)
         where = f"epoch {e}"
         freed, used = _freed_and_used(state, d)
         deficit = _deficit(state)
@@ -204,3 +224,24 @@ def test_highs_is_stable_with_every_knob(seed: int) -> None:
 
 def test_greedy_is_stable_with_every_knob_at_venus_size() -> None:
     run_epochs(with_every_knob(generate("venus", 1), 1), GREEDY)
+
+
+VENUS_HIGHS_KNOWN = {
+    1: "an oversubscribed start: a guaranteed job whose urgency grows stops, five epochs later, a "
+    "best-effort job an earlier epoch started in its tenant's idle quota",
+    3: "capped preemptions of one tenant take another tenant's best-effort jobs that the epoch "
+    "before started on GPUs left free",
+}
+
+
+@pytest.mark.parametrize(
+    "seed",
+    [
+        pytest.param(s, marks=pytest.mark.xfail(reason=VENUS_HIGHS_KNOWN[s], strict=True))
+        if s in VENUS_HIGHS_KNOWN
+        else s
+        for s in range(4)
+    ],
+)
+def test_highs_is_stable_with_every_knob_at_venus_size(seed: int) -> None:
+    run_epochs(with_every_knob(generate("venus", seed), seed), HIGHS)

@@ -373,7 +373,9 @@ def add_preemption_rules(m: LinearModel, p: EpochProblem) -> None:
             need_own[t][v] = -big_own[t]
         if need_guar[t] and p.pending[c].guaranteed:
             need_guar[t][v] = -big_guar[t]
-    for (c, t), v in list(m.own.items()) + list(m.loan.items()):
+    # the GPUs they free go to starts inside quota: a start on loan never takes GPUs a
+    # preemption frees (it borrows idle quota, it does not displace running work)
+    for (c, t), v in m.own.items():
         if freed[t]:
             freed[t][v] = -p.pending[c].gpus
     for t, tname in enumerate(p.types):
