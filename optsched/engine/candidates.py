@@ -145,6 +145,19 @@ def cap_starved(state: ClusterState) -> dict[str, CapStarved]:
     return out
 
 
+def starved_types(state: ClusterState, starved: Mapping[str, object]) -> dict[str, list[str]]:
+    """GPU type -> the cap-starved tenants (:func:`cap_starved`) with quota on it, in snapshot
+    order. Their guaranteed jobs take GPUs of these types over the next epochs, from anyone's
+    best-effort jobs, so no best-effort job starts on them meanwhile."""
+    out: dict[str, list[str]] = {}
+    for ten in state.tenant_ids:
+        if ten in starved:
+            for t in state.type_names:
+                if state.quota(ten, t) > 0:
+                    out.setdefault(t, []).append(ten)
+    return out
+
+
 def build_problem(
     state: ClusterState,
     predictions: Predictions,
@@ -244,6 +257,7 @@ def build_problem(
 
     held_all = [[0] * nt for _ in range(nk)]
     held_own = [[0] * nt for _ in range(nk)]
+    movable_own = [[0] * nt for _ in range(nk)]  # of held_own: priority victims
     fixed = [0] * nt  # GPUs held by jobs that must keep running
     for r in running:
         if r.guest:
@@ -251,6 +265,8 @@ def build_problem(
         held_all[r.tenant][r.type] += r.gpus
         if not r.on_loan:
             held_own[r.tenant][r.type] += r.gpus
+            if r.priority_victim:
+                movable_own[r.tenant][r.type] += r.gpus
         if not r.candidate:
             fixed[r.type] += r.gpus
     kept_over, short, over_notes = _over_quota(
@@ -277,6 +293,8 @@ def build_problem(
     # elastic pending jobs: (job, tenant, value, static value, priority class), sized below
     flexible: list[tuple[Job, int, float, float, str]] = []
     starved = cap_starved(state)
+    # best-effort jobs keep off the types a cap-starved tenant's guaranteed jobs wait for
+    off = {tindex[t] for t in starved_types(state, starved)}
     held_back: list[str] = []
     for job in state.pending():
         k = state.tenant_index[job.tenant]
@@ -307,9 +325,12 @@ def build_problem(
             v *= cw
             static[job.id] *= cw
         density[job.id] = v / job.gpus
-        if job.tenant in starved and job.qos != "guaranteed":
-            held_back.append(job.id)  # its tenant's guaranteed jobs wait on capped preemptions
-            continue
+        if off and not guaranteed and allowed:
+            allowed = tuple(t for t in allowed if t not in off)
+            if not allowed:
+                held_back.append(job.id)  # a starved tenant's guaranteed jobs need its types
+                continue
+            any_mps = any(snap.gpu_types[types[t]].mps for t in allowed)
         if job.is_elastic:
             memory[job.id] = est.memory_gib
             flexible.append((job, k, v, static[job.id], pclass))
@@ -337,6 +358,7 @@ def build_problem(
                     tindex[t]
                     for t in state.allowed_types(job)
                     if capacity[tindex[t]] >= size and kept_over[k][tindex[t]] == 0
+                    and (guaranteed or tindex[t] not in off)
                 )
             )
             if not usable:
@@ -419,7 +441,10 @@ def build_problem(
             continue
         k, gpus, allowed, guaranteed, single, _, _ = key
         group = group_of.get(key, "")
-        own_types = tuple(t for t in allowed if held_own[k][t] + gpus <= quota[k][t])
+        # a guaranteed member may also start inside quota that its tenant's own best-effort
+        # jobs hold (stopping them for it: invariant 3 allows it, preemption_pays prices it)
+        held = [held_own[k][t] - (movable_own[k][t] if guaranteed else 0) for t in range(nt)]
+        own_types = tuple(t for t in allowed if held[t] + gpus <= quota[k][t])
         reclaim = guaranteed and signal[ten_ids[k]].reclaim and bool(own_types)
         bonus = reclaim_bonus if reclaim else 0.0
         values = tuple(-m[0] for m in mem)  # the reclaim bonus is earned inside quota only

@@ -1072,8 +1072,9 @@ def check_work_conservation(
     ``decision.predictions``; a job without a prediction gets no such exemption) are fewer than
     its gang: starting it would use GPUs reserved for a gang planned to start earlier.
 
-    A best-effort job of a *cap-starved* tenant is exempt (:func:`_cap_starved`): its tenant's
-    guaranteed jobs need more of its GPUs than its ``max_gpus_per_epoch`` lets one decision free.
+    A best-effort job is exempt on a type on which a *cap-starved* tenant (:func:`_cap_starved`)
+    has quota: that tenant's guaranteed jobs need more of its GPUs than its
+    ``max_gpus_per_epoch`` lets one decision free, and take GPUs of the type over the next epochs.
 
     Linear in jobs + GPUs + tenants x types: per-type and per-(tenant, type) sums are computed
     once, then each pending job looks at its allowed types only.
@@ -1089,16 +1090,17 @@ def check_work_conservation(
     _, lent_out = _loan_totals(state, decision)
     reasons = decision.queue_reasons
     starved = _cap_starved(state)
+    off = {t for t in state.type_names if any(state.quota(ten, t) > 0 for ten in starved)}
     out: list[Violation] = []
     for job in state.pending():
         if job.id in after.started:
-            continue
-        if job.tenant in starved and job.qos != "guaranteed":
             continue
         g = job.size_range[0] if job.is_elastic else job.gpus  # an elastic job at its smallest
         for t in state.allowed_types(job):
             if cap.get(t, 0) <= 0 or free[t] < g:
                 continue
+            if t in off and job.qos != "guaranteed":
+                continue  # a cap-starved tenant's guaranteed jobs take this type's GPUs next
             idle = state.quota(job.tenant, t) - use.get((job.tenant, t), 0) - lent_out.get((job.tenant, t), 0)
             if idle < g:
                 continue

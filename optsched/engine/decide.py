@@ -16,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 
 from optsched.engine import assurance as asr
-from optsched.engine.candidates import cap_starved
+from optsched.engine.candidates import cap_starved, starved_types
 from optsched.engine.check import over_quota_note
 from optsched.engine.problem import Assignment, EpochProblem
 from optsched.engine.quota_tree import LoanMatcher, group_flows
@@ -823,10 +823,11 @@ def _explain_queued(
 def _explain_held_back(
     state: ClusterState, p: EpochProblem, explanations: dict[str, Explanation], queue: list[str]
 ) -> None:
-    """Explanations of the best-effort jobs held back by their tenant's preemption cap
-    (``p.held_back``): binding ``preemption_cap``, ``blocked_by`` the tenant's queued guaranteed
-    jobs the hold is for; the per-type numbers stay."""
+    """Explanations of the best-effort jobs held back because a cap-starved tenant's guaranteed
+    jobs wait for their types (``p.held_back``): binding ``preemption_cap``, ``blocked_by`` that
+    tenant's queued guaranteed jobs; the per-type numbers stay."""
     why = cap_starved(state)
+    on_type = starved_types(state, why)
     waiting: dict[str, list[str]] = defaultdict(list)
     for jid in queue:
         job = state.job(jid)
@@ -836,14 +837,20 @@ def _explain_held_back(
         e = explanations.get(jid)
         if e is None:
             continue
-        ten = state.job(jid).tenant
+        job = state.job(jid)
+        held_on = [t for t in state.allowed_types(job) if t in on_type]
+        if not held_on:
+            continue
+        owners = list(dict.fromkeys(ten for t in held_on for ten in on_type[t]))
+        ten = job.tenant if job.tenant in owners else owners[0]
         w = why[ten]
+        others = f" (and {', '.join(o for o in owners if o != ten)})" if len(owners) > 1 else ""
         text = (
-            f"held by the preemption cap: {ten}'s guaranteed jobs of at most {w.cap} GPUs wait "
-            f"for {w.wanted} GPUs, "
-            f"{w.wanted - w.idle} beyond its idle quota of {w.idle}, and {w.movable} GPUs of its "
-            f"running jobs may be preempted for them, but max_gpus_per_epoch frees at most {w.cap} "
-            "per decision; its best-effort jobs wait until no more than that is needed (started "
+            f"held by the preemption cap of {ten}{others}: its guaranteed jobs of at most {w.cap} "
+            f"GPUs wait for {w.wanted} GPUs, {w.wanted - w.idle} beyond its idle quota of {w.idle}, "
+            f"and {w.movable} GPUs of its running jobs may be preempted for them, but "
+            f"max_gpus_per_epoch frees at most {w.cap} per decision; until no more than that is "
+            f"needed, best-effort jobs keep off {', '.join(repr(t) for t in held_on)} (started "
             "now, one would be among the next victims). " + e.text
         )
         explanations[jid] = e.model_copy(

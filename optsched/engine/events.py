@@ -42,7 +42,7 @@ from collections import defaultdict
 from typing import Any
 
 from optsched.engine import assurance as asr
-from optsched.engine.candidates import cap_starved
+from optsched.engine.candidates import cap_starved, starved_types
 from optsched.engine.check import check_decision, over_quota_note
 from optsched.engine.decide import _Placer, derive_loans
 from optsched.engine.objective import ObjectiveWeights
@@ -174,6 +174,8 @@ def decide_event(state: ClusterState, *, allow_loans: bool = True,
 
     def try_start(job: Job, on_loan: bool) -> bool:
         for t in state.allowed_types(job):
+            if t in off and job.qos != "guaranteed":
+                continue
             key = (job.tenant, t)
             if free_n.get(t, 0) < job.gpus or key in kept:
                 continue
@@ -190,8 +192,9 @@ def decide_event(state: ClusterState, *, allow_loans: bool = True,
             return True
         return False
 
-    starved = cap_starved(state)  # their best-effort jobs wait for capped preemptions
-    eligible = [j for j in order if j.qos == "guaranteed" or j.tenant not in starved]
+    # best-effort jobs keep off the types cap-starved tenants' guaranteed jobs wait for
+    off = set(starved_types(state, cap_starved(state)))
+    eligible = order
     blocked: set[str] = set()  # types on which an in-quota job stays queued
     for job in eligible:
         if not try_start(job, on_loan=False):

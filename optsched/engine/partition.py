@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from optsched.engine import assurance as asr
-from optsched.engine.candidates import cap_starved, protected
+from optsched.engine.candidates import cap_starved, protected, starved_types
 from optsched.engine.check import over_quota_note
 from optsched.engine.state import ClusterState
 from optsched.schema.decision import (
@@ -626,13 +626,10 @@ def merge(
 
     # fill: queued jobs on the leftover capacity, global quota and loans; a guaranteed job of a
     # tenant whose assurance asks for reclaim may undo starts and stop jobs anywhere in the fleet
-    # best-effort jobs of cap-starved tenants stay queued (candidates.cap_starved, invariant 8)
-    starved = cap_starved(state)
-    queued = [
-        j
-        for j in state.pending()
-        if j.id not in started_ids and (j.qos == "guaranteed" or j.tenant not in starved)
-    ]
+    # best-effort jobs keep off the types cap-starved tenants' guaranteed jobs wait for
+    # (candidates.starved_types, invariant 8)
+    off = set(starved_types(state, cap_starved(state)))
+    queued = [j for j in state.pending() if j.id not in started_ids]
     queued.sort(key=_queue_key)
     added: list[Start] = []
     for rnd in range(3):
@@ -646,6 +643,8 @@ def merge(
                 if first and not due:
                     continue
                 for t in state.allowed_types(job):
+                    if t in off and job.qos != "guaranteed":
+                        continue
                     g = job.gpus
                     ten = job.tenant
                     pick = _Pick(cap_left)
