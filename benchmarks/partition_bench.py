@@ -13,11 +13,12 @@ Not part of the tests. Snapshots come from ``optsched.instances.generate("fleet"
    job's own value, preemption costs, borrowing penalty), so all runs compare on one scale;
    ``loss`` is ``1 - value / value(one model)`` and ``gap`` is ``1 - value / bound`` with the
    one model's proven bound. Times: the whole call's wall seconds here, the slowest part's
-   seconds in its worker, and the **critical path** (split + slowest part + merge + check: what
-   the call takes with one core per part).
+   seconds in its worker, and the **critical path** (split + slowest part + merge + explain +
+   check: what the call takes with one core per part).
 2. **fleet** (``--fleet-gpus``, default 50,000 and 100,000 GPUs, half as many pending jobs):
    partitioned calls (``--fleet-k``) timed per stage: reading and validating the JSON, split,
-   every part (max and sum), merge, check, and the critical path with one core per part;
+   every part (max and sum), merge, the merged decision's explanations, check, and the critical
+   path with one core per part (``unexplained``: queued or preempted jobs without an explanation);
    ``--fleet-compare`` also solves the snapshot as one model and scores both as in part 1.
 
 Before the timings, a warm-up call on a small fleet loads the engine (imports, the predictor)
@@ -70,8 +71,11 @@ def run(state: ClusterState, params: SolveParams, k: int, executor: str) -> dict
     st = d.solver.stage_seconds
     crit = crit_cpu = None
     if k > 1 and "part_max" in st:
-        crit = st["split"] + st["part_max"] + st["merge"] + st["check"]
+        # the merged decision's explanations (stage ``explain``) are on the critical path too
+        crit = st["split"] + st["part_max"] + st["merge"] + st.get("explain", 0.0) + st["check"]
         crit_cpu = st["split_cpu"] + st["part_cpu_max"] + st["merge_cpu"] + st["check_cpu"]
+        crit_cpu += st.get("explain_cpu", 0.0)
+    must = {x.job for x in d.preempt} | {x.job for x in d.resize} | set(d.queue)
     return {
         "k": k,
         "status": d.status,
@@ -84,6 +88,8 @@ def run(state: ClusterState, params: SolveParams, k: int, executor: str) -> dict
         "recheck_s": check_s,
         "started": len(d.start),
         "preempted": len(d.preempt),
+        "queued": len(d.queue),
+        "unexplained": len(must - set(d.explanations)),
         "objective": d.solver.objective,
         "bound": d.solver.bound,
         "notes": [n for n in d.solver.notes if n.startswith(("partitioned", "part ", "partitions"))],
@@ -188,9 +194,9 @@ def markdown(q: list[dict[str, Any]], f: list[dict[str, Any]], args: argparse.Na
             f"Fleet scale, backend {args.fleet_backend}, limit {args.fleet_time_limit_s:g} s:",
             "",
             "| GPUs | pending | k | status | parse+validate s | split s | slowest part s | mean part s "
-            "| merge s | check s | critical path s (CPU s) | wall s (this machine) | violations "
-            "| one model: status, wall s | loss vs one model |",
-            "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
+            "| merge s | explain s (CPU s) | check s | critical path s (CPU s) | wall s (this machine) "
+            "| violations | unexplained | one model: status, wall s | loss vs one model |",
+            "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
         ]
         for r in f:
             st = r["stages"]
@@ -200,8 +206,9 @@ def markdown(q: list[dict[str, Any]], f: list[dict[str, Any]], args: argparse.Na
             out.append(
                 f"| {r['gpus']:,} | {r['pending']:,} | {r['k']} | {r['status']} | {r['validate_s']:.2f} "
                 f"| {st['split']:.2f} | {st['part_max']:.2f} | {r['part_mean_s']:.2f} | {st['merge']:.2f} "
+                f"| {st.get('explain', 0.0):.2f} ({st.get('explain_cpu', 0.0):.2f}) "
                 f"| {st['check']:.2f} | {r['critical_s']:.2f} ({r['critical_cpu_s']:.2f}) "
-                f"| {r['wall_s']:.2f} | {r['violations']} | {one} | {loss} |"
+                f"| {r['wall_s']:.2f} | {r['violations']} | {r['unexplained']} | {one} | {loss} |"
             )
         out.append("")
     return "\n".join(out)
