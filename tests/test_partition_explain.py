@@ -259,3 +259,21 @@ def test_explain_command_on_a_partitioned_decision(
         assert code == 0 and f"preempted ({p.reason.value})" in out
         made = d.explanations[p.job].made_room_for
         assert (f"made room for: {', '.join(made)}" in out) == bool(made)
+
+
+@pytest.mark.parametrize(("size", "seed"), [("tiny", 0), ("tiny", 3), ("venus", 1)])
+def test_explain_decision_reproduces_one_models_explanations(size: str, seed: int) -> None:
+    """What explaining needed from the epoch's problem (value order, evicted MPS guests, use
+    before the decision, held-back jobs) comes from the state and the decision alone: with the
+    problem's value order, ``explain_decision`` gives one model's explanations exactly."""
+    from optsched.engine.decide import explain_decision
+    from optsched.engine.epoch import _prepare
+
+    snap = loosen(generate(size, seed), seed)  # type: ignore[arg-type]
+    snap["options"] = {"lookahead_epochs": 0}  # the look-ahead rewrites some explanations
+    st = state_of(snap)
+    d = solve_epoch(st, predictor=EstimatePredictor())
+    assert not d.solver.backend.startswith("partitioned") and d.explanations
+    density = _prepare(st, GREEDY, EstimatePredictor(), {}).problem.density
+    again = explain_decision(st, d, asr.compute(st), rank=lambda j: (-density.get(j, 0.0), j))
+    assert again == d.explanations
