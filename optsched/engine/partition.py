@@ -23,7 +23,11 @@ The design (``docs/partitioning.md`` says why each step keeps the guarantees exa
    *global* idle quota or on loan from the *global* idle quota of the others; ``on_loan`` flags
    and loans are re-derived globally (a tenant over its slice in one part but under its quota
    overall borrows nothing), and the over-quota notes are recomputed on global numbers.
-7. **Check.** The merged decision goes through :func:`optsched.engine.check.check_decision` on
+7. **Explain.** Every queued and every preempted job of the merged decision gets its
+   explanation, computed on the whole snapshot and the merged decision
+   (:func:`optsched.engine.decide.explain_decision`), and its queue reason from it; a job the
+   coordination step stopped names the start it made room for.
+8. **Check.** The merged decision goes through :func:`optsched.engine.check.check_decision` on
    the whole snapshot; a rejected merge falls back to the monolithic pipeline.
 
 The status is never ``optimal``: ``feasible`` when every part's solver answered, ``fallback``
@@ -926,11 +930,11 @@ def solve_partitioned(
     predictor: Predictor | None = None,
     on_stage: Callable[[str, float], None] | None = None,
 ) -> Decision:
-    """Split, solve the parts with ``solve`` (:func:`optsched.engine.epoch.solve_epoch`), merge
-    and check (see the module docstring). ``stage_seconds`` gets ``split`` (with the fleet's
-    assurance), ``part_max``, ``merge`` and ``check``, their ``*_cpu`` twins, and every part's
-    seconds. Raises :class:`MergeRejected` when the merged decision fails the checker (the
-    caller falls back)."""
+    """Split, solve the parts with ``solve`` (:func:`optsched.engine.epoch.solve_epoch`), merge,
+    explain and check (see the module docstring). ``stage_seconds`` gets ``split`` (with the
+    fleet's assurance), ``part_max``, ``merge``, ``explain`` and ``check``, their ``*_cpu``
+    twins, and every part's seconds. Raises :class:`MergeRejected` when the merged decision
+    fails the checker (the caller falls back)."""
     from optsched.engine.check import check_decision
 
     stage: dict[str, float] = {}
