@@ -729,24 +729,29 @@ def explain_decision(
     ``state``, the evicted MPS guests from ``signal`` (the rule of
     :func:`optsched.engine.candidates.build_problem`: a guest whose host's tenant accepts no
     slowdown), and jobs are ranked by ``rank`` (default: guaranteed first, then oldest, then
-    id), and the best-effort jobs of tenants starved by their preemption cap
-    (:func:`optsched.engine.candidates.cap_starved`) get binding ``preemption_cap`` as in one
+    id); the best-effort jobs of tenants starved by their preemption cap
+    (:func:`optsched.engine.candidates.cap_starved`) get binding ``preemption_cap``, as in one
     model. Linear in the jobs and the decision's GPUs."""
     stopped = {x.job for x in decision.preempt}
     size = {rz.job: rz.to_gpus for rz in decision.resize}
-    jobs, index = state.snapshot.jobs, state.job_index
+    jobs, index, host_of, node_type = state.snapshot.jobs, state.job_index, state.host_of, state.node_type
     use: dict[tuple[str, str], int] = defaultdict(int)
     before: dict[tuple[str, str], int] = defaultdict(int)  # held_before, in the same pass
     for job in state.running():
-        if job.id in state.host_of:
+        jid = job.id
+        if jid in host_of:
             continue
-        key = (job.tenant, state.job_type(job))
+        assert job.allocation is not None
+        key = (job.tenant, node_type(job.allocation[0].node))
         before[key] += job.gpus
-        if job.id not in stopped:
-            use[key] += size.get(job.id, job.gpus)
+        if jid not in stopped:
+            use[key] += size.get(jid, job.gpus)
+    keys: dict[str, tuple[Any, ...]] = {}  # default rank of every start, computed once
     for s in decision.start:
+        x = jobs[index[s.job]]
+        keys[s.job] = (0 if x.qos == "guaranteed" else 1, x.submit_s, s.job)
         if not s.colocated_with:
-            use[(jobs[index[s.job]].tenant, state.node_type(s.allocation[0].node))] += len(s.allocation)
+            use[(x.tenant, node_type(s.allocation[0].node))] += len(s.allocation)
     evicted = {
         g
         for g, h in state.host_of.items()
@@ -755,8 +760,11 @@ def explain_decision(
     if rank is None:
 
         def rank(j: str) -> tuple[Any, ...]:
-            x = jobs[index[j]]
-            return (0 if x.qos == "guaranteed" else 1, x.submit_s, j)
+            k = keys.get(j)
+            if k is None:  # (only started jobs are ranked)
+                x = jobs[index[j]]
+                k = keys[j] = (0 if x.qos == "guaranteed" else 1, x.submit_s, j)
+            return k
 
     queue = list(decision.queue)
     kind_of = [queue_kind(jobs[index[j]]) for j in queue]
