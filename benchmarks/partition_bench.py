@@ -13,11 +13,13 @@ Not part of the tests. Snapshots come from ``optsched.instances.generate("fleet"
    job's own value, preemption costs, borrowing penalty), so all runs compare on one scale;
    ``loss`` is ``1 - value / value(one model)`` and ``gap`` is ``1 - value / bound`` with the
    one model's proven bound. Times: the whole call's wall seconds here, the slowest part's
-   seconds in its worker, and the **critical path** (split + slowest part + merge + check: what
-   the call takes with one core per part).
+   seconds in its worker, and the **critical path** (split + slowest part + merge + explain +
+   check: what the call takes with one core per part).
 2. **fleet** (``--fleet-gpus``, default 50,000 and 100,000 GPUs, half as many pending jobs):
    partitioned calls (``--fleet-k``) timed per stage: reading and validating the JSON, split,
-   every part (max and sum), merge, check, and the critical path with one core per part;
+   every part (max and sum), merge, the merged decision's explanations, check, and the critical
+   path with one core per part (``unexplained``: queued or preempted jobs without an explanation;
+   ``full GCs``: the garbage collector's full collections in this process during the call);
    ``--fleet-compare`` also solves the snapshot as one model and scores both as in part 1.
 
 Before the timings, a warm-up call on a small fleet loads the engine (imports, the predictor)
@@ -32,13 +34,14 @@ to ``--json``; the Markdown tables are printed and, with ``--md``, written.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from rich.console import Console
 
@@ -60,9 +63,35 @@ def load(gpus: int, seed: int) -> tuple[str, ClusterState, float]:
     return text, state, time.monotonic() - t
 
 
+class FullCollections:
+    """Counts the garbage collector's full (generation 2) collections in this process while
+    active, and their seconds: at fleet scale one takes about a second, and which stage it falls
+    in depends on how many objects the stages before it allocated."""
+
+    def __init__(self) -> None:
+        self.count, self.seconds, self._t = 0, 0.0, 0.0
+
+    def _cb(self, phase: str, info: dict[str, Any]) -> None:
+        if info["generation"] != 2:
+            return
+        if phase == "start":
+            self._t = time.perf_counter()
+        else:
+            self.count += 1
+            self.seconds += time.perf_counter() - self._t
+
+    def __enter__(self) -> Self:
+        gc.callbacks.append(self._cb)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._cb)
+
+
 def run(state: ClusterState, params: SolveParams, k: int, executor: str) -> dict[str, Any]:
     t = time.monotonic()
-    d = solve_epoch(state, params=params, partitions=k, executor=executor)
+    with FullCollections() as full_gc:
+        d = solve_epoch(state, params=params, partitions=k, executor=executor)
     wall = time.monotonic() - t
     t = time.monotonic()
     bad = check_decision(state, d)
@@ -70,8 +99,11 @@ def run(state: ClusterState, params: SolveParams, k: int, executor: str) -> dict
     st = d.solver.stage_seconds
     crit = crit_cpu = None
     if k > 1 and "part_max" in st:
-        crit = st["split"] + st["part_max"] + st["merge"] + st["check"]
+        # the merged decision's explanations (stage ``explain``) are on the critical path too
+        crit = st["split"] + st["part_max"] + st["merge"] + st.get("explain", 0.0) + st["check"]
         crit_cpu = st["split_cpu"] + st["part_cpu_max"] + st["merge_cpu"] + st["check_cpu"]
+        crit_cpu += st.get("explain_cpu", 0.0)
+    must = {x.job for x in d.preempt} | {x.job for x in d.resize} | set(d.queue)
     return {
         "k": k,
         "status": d.status,
@@ -81,9 +113,13 @@ def run(state: ClusterState, params: SolveParams, k: int, executor: str) -> dict
         "critical_cpu_s": crit_cpu,
         "stages": st,
         "violations": len(bad),
+        "full_gc": full_gc.count,
+        "full_gc_s": full_gc.seconds,
         "recheck_s": check_s,
         "started": len(d.start),
         "preempted": len(d.preempt),
+        "queued": len(d.queue),
+        "unexplained": len(must - set(d.explanations)),
         "objective": d.solver.objective,
         "bound": d.solver.bound,
         "notes": [n for n in d.solver.notes if n.startswith(("partitioned", "part ", "partitions"))],
@@ -188,9 +224,10 @@ def markdown(q: list[dict[str, Any]], f: list[dict[str, Any]], args: argparse.Na
             f"Fleet scale, backend {args.fleet_backend}, limit {args.fleet_time_limit_s:g} s:",
             "",
             "| GPUs | pending | k | status | parse+validate s | split s | slowest part s | mean part s "
-            "| merge s | check s | critical path s (CPU s) | wall s (this machine) | violations "
-            "| one model: status, wall s | loss vs one model |",
-            "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
+            "| merge s | explain s (CPU s) | check s | critical path s (CPU s) | wall s (this machine) "
+            "| full GCs in the call (s) | violations | unexplained | one model: status, wall s "
+            "| loss vs one model |",
+            "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
         ]
         for r in f:
             st = r["stages"]
@@ -200,8 +237,10 @@ def markdown(q: list[dict[str, Any]], f: list[dict[str, Any]], args: argparse.Na
             out.append(
                 f"| {r['gpus']:,} | {r['pending']:,} | {r['k']} | {r['status']} | {r['validate_s']:.2f} "
                 f"| {st['split']:.2f} | {st['part_max']:.2f} | {r['part_mean_s']:.2f} | {st['merge']:.2f} "
+                f"| {st.get('explain', 0.0):.2f} ({st.get('explain_cpu', 0.0):.2f}) "
                 f"| {st['check']:.2f} | {r['critical_s']:.2f} ({r['critical_cpu_s']:.2f}) "
-                f"| {r['wall_s']:.2f} | {r['violations']} | {one} | {loss} |"
+                f"| {r['wall_s']:.2f} | {r['full_gc']} ({r['full_gc_s']:.2f}) | {r['violations']} "
+                f"| {r['unexplained']} | {one} | {loss} |"
             )
         out.append("")
     return "\n".join(out)

@@ -19,6 +19,7 @@ import pytest
 
 from optsched.cli import main
 from optsched.engine.assurance import THETA_SHARE
+from optsched.engine.check import _cap_starved
 from optsched.engine.epoch import solve_epoch
 from optsched.engine.state import ClusterState, parse_snapshot
 from optsched.instances import generate
@@ -153,8 +154,12 @@ class After:
         }
 
 
-def verify(snap: dict[str, Any], d: Decision) -> set[tuple[str, str]]:
-    """Assert every explanation of ``d`` holds; return the (code, binding) pairs seen."""
+def verify(snap: dict[str, Any], d: Decision, reclaim_for: set[str] | None = None) -> set[tuple[str, str]]:
+    """Assert every explanation of ``d`` holds; return the (code, binding) pairs seen.
+
+    ``reclaim_for`` (partitioned decisions): the pending jobs the coordination step may stop
+    running jobs for (guaranteed, of a tenant due a reclaim); a preemption may then also name
+    such a job, started now on its type, that does not use its GPUs."""
     a = After(snap, d)
     explained = set(d.explanations)
     assert explained == set(d.queue) | a.preempted | set(a.resized), (
@@ -168,7 +173,7 @@ def verify(snap: dict[str, Any], d: Decision) -> set[tuple[str, str]]:
     for p in d.preempt:
         e = d.explanations[p.job]
         assert e.code == p.reason.value
-        check_preempted(a, p.job, e, d)
+        check_preempted(a, p.job, e, d, reclaim_for or set())
         seen.add((e.code, e.binding))
     for jid, rz in a.resized.items():
         e = d.explanations[jid]
@@ -199,6 +204,23 @@ def check_queued(a: After, jid: str, e: Explanation, d: Decision) -> None:
     ]
     assert keys == sorted(keys), f"{jid}: types not best first"
     best = got[0]
+    if e.binding == "preemption_cap":
+        # a best-effort job whose every type holds quota of a tenant its preemption cap starves
+        # (the checker's own rule): it waits for that tenant's queued guaranteed jobs (its own
+        # tenant's when starved), whatever its types' numbers say
+        starved = _cap_starved(a.state)
+        owners = [
+            o for t in allowed for o in a.state.tenant_ids if o in starved and a.state.quota(o, t) > 0
+        ]
+        assert job.get("qos") != "guaranteed" and owners, jid
+        assert all(any(a.state.quota(o, t) > 0 for o in starved) for t in allowed), jid
+        named = ten if ten in owners else owners[0]
+        assert e.code == "preemption_cap" and "max_gpus_per_epoch" in e.text and named in e.text
+        waiting = [
+            j for j in d.queue if a.jobs[j]["tenant"] == named and a.jobs[j].get("qos") == "guaranteed"
+        ]
+        assert e.blocked_by == waiting[:MAX_IDS], jid
+        return
     assert e.binding == best["binding"]
     assert e.resource is not None and (e.resource.gpu_type, e.resource.gpus) == (best["gpu_type"], g)
     t = best["gpu_type"]
@@ -225,7 +247,7 @@ def check_queued(a: After, jid: str, e: Explanation, d: Decision) -> None:
                 assert f"lend {f['lendable']}" in e.text
 
 
-def check_preempted(a: After, jid: str, e: Explanation, d: Decision) -> None:
+def check_preempted(a: After, jid: str, e: Explanation, d: Decision, reclaim_for: set[str]) -> None:
     job = a.jobs[jid]
     ten = job["tenant"]
     t = a.node_type[job["allocation"][0]["node"]]
@@ -234,6 +256,13 @@ def check_preempted(a: After, jid: str, e: Explanation, d: Decision) -> None:
     takers = {j for r in job["allocation"] for j in a.on_gpu.get((r["node"], r["gpu"]), ())}
     host = a.state.host_of.get(jid)
     assert e.host == host
+    # starts its stop made room for elsewhere on the type (a partitioned epoch's coordination
+    # step): guaranteed jobs of tenants due a reclaim, started now on the same type
+    elsewhere = set(e.made_room_for) - takers if "stopping it makes room for" in e.text else set()
+    if elsewhere:
+        assert e.code in ("reclaim", "priority") and host is None, jid
+        assert elsewhere <= reclaim_for & set(a.started[t]), jid
+        takers |= elsewhere
     if takers:
         assert set(e.made_room_for) == takers, jid
         for j in takers:

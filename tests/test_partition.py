@@ -190,12 +190,12 @@ def test_a_rejected_merge_falls_back_to_one_model(monkeypatch: pytest.MonkeyPatc
     st = state_of(_two_part_snapshot())
 
     def broken(state: ClusterState, *args: Any) -> Any:
-        d = real(state, *args)
+        d, room_for = real(state, *args)
         d.start = d.start + d.start[:1]  # a job started twice: invariant 2 and 5
-        return d
+        return d, room_for
 
-    real = P.merge
-    monkeypatch.setattr(P, "merge", broken)
+    real = P.merge_plan
+    monkeypatch.setattr(P, "merge_plan", broken)
     d = solve_epoch(st, params=GREEDY, partitions=2, executor="serial")
     assert_decision_valid(st, d)
     assert not d.solver.backend.startswith("partitioned")

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any
 
 from optsched.engine import assurance as asr
 from optsched.engine.candidates import cap_starved, starved_types
@@ -38,7 +39,7 @@ from optsched.schema.decision import (
     Start,
     TypeFit,
 )
-from optsched.schema.snapshot import GpuRef
+from optsched.schema.snapshot import GpuRef, Job
 
 
 def _free_gpus(
@@ -258,15 +259,17 @@ def to_decision(
     queue: list[str] = []
     pending = [j for j in state.pending() if j.id not in started]
     pending.sort(key=lambda j: (-p.density.get(j.id, 0.0), j.submit_s, j.id))
-    kind_of: list[tuple[str, int, tuple[str, ...] | None]] = []  # per queued job
+    kind_of: list[Kind] = []  # per queued job
     for job in pending:
         queue.append(job.id)
-        # an elastic job is explained at its smallest size: the closest it is to starting
-        g = job.size_range[0] if job.is_elastic else job.gpus
-        kind_of.append((job.tenant, g, None if job.gpu_types is None else tuple(job.gpu_types)))
-    explanations = explain(state, p, starts, preempt, use, loans, queue, kind_of, signal, resizes)
+        kind_of.append(queue_kind(job))
+    density = p.density
+    explanations = explain(
+        state, starts, preempt, use, loans, queue, kind_of, signal, resizes,
+        rank=lambda j: (-density.get(j, 0.0), j), evicted=p.evicted,
+    )
     if p.held_back:
-        _explain_held_back(state, p, explanations, queue)
+        _explain_held_back(state, p.held_back, explanations, queue)
     reasons = {jid: QueueReason(explanations[jid].code) for jid in queue}
     preds = {
         jid: JobPrediction(
@@ -407,17 +410,16 @@ class _Ledger:
     def __init__(
         self,
         state: ClusterState,
-        p: EpochProblem,
         starts: list[Start],
-        use: dict[tuple[str, str], int],
+        use: Mapping[tuple[str, str], int],
         loans: list[Loan],
+        rank: Rank,
     ) -> None:
         self.state = state
         self.use = use
         self.cap = state.capacity()
         self.tindex = {t: k for k, t in enumerate(state.type_names)}
-        density = p.density
-        self.value = lambda j: (-density.get(j, 0.0), j)
+        self.value = rank
         self.lent_in: dict[tuple[str, str], int] = defaultdict(int)
         self.lent_out: dict[tuple[str, str], int] = defaultdict(int)
         for ln in loans:
@@ -429,18 +431,30 @@ class _Ledger:
         self.started: dict[str, int] = defaultdict(int)
         self.by_type: dict[str, list[str]] = defaultdict(list)
         self.start_of: dict[str, Start] = {}
-        self.ranked: dict[object, list[str]] = {}
+        self.ranked: dict[str, list[str]] = {}
+        self.ranked_of: dict[str, dict[str, list[str]]] = {}
         self.labels: dict[str, str] = {}
         self.resources: dict[tuple[str, int], Resource] = {}
         self.gains: dict[str, dict[str, int]] = {}
+        self.gainer_lists: dict[str, list[str]] = {}
         self.fits: dict[tuple[str, int, str], tuple[TypeFit, str]] = {}
-        self.on_gpu: dict[GpuKey, list[str]] = defaultdict(list)
-        on_gpu = self.on_gpu
+        # who starts on each GPU: node -> {gpu: job}, str values only, so these dicts stay out
+        # of the garbage collector's sight (a fleet's decision starts on ~10^5 GPUs); a GPU two
+        # starts share (never in a checked decision) keeps the others in ``shared``
+        self.on_node: dict[str, dict[int, str]] = {}
+        self.shared: dict[GpuKey, list[str]] = {}
+        on_node = self.on_node
         for s in starts:
             jid = s.job
             self.start_of[jid] = s
             for r in s.allocation:
-                on_gpu[(r.node, r.gpu)].append(jid)
+                per = on_node.get(r.node)
+                if per is None:
+                    per = on_node[r.node] = {}
+                if r.gpu in per:
+                    self.shared.setdefault((r.node, r.gpu), []).append(jid)
+                else:
+                    per[r.gpu] = jid
             if s.colocated_with:
                 continue
             t = state.node_type(s.allocation[0].node)
@@ -557,16 +571,18 @@ class _Ledger:
     def of_type(self, t: str, ten: str | None = None) -> list[str]:
         """Jobs started now on ``t`` (of tenant ``ten`` if given; MPS guests excluded), most
         valuable first."""
-        key = t if ten is None else (ten, t)
-        ids = self.ranked.get(key)
+        ids = self.ranked.get(t)
         if ids is None:
-            if ten is None:
-                ids = sorted(self.by_type.get(t, []), key=self.value)
-            else:
-                job = self.state.job
-                ids = [j for j in self.of_type(t) if job(j).tenant == ten]
-            self.ranked[key] = ids
-        return ids
+            ids = self.ranked[t] = sorted(self.by_type.get(t, []), key=self.value)
+        if ten is None:
+            return ids
+        per = self.ranked_of.get(t)
+        if per is None:  # every tenant's list of the type in one pass
+            per = self.ranked_of[t] = defaultdict(list)
+            job = self.state.job
+            for j in ids:
+                per[job(j).tenant].append(j)
+        return per.get(ten, [])
 
     def resource(self, t: str, gpus: int) -> Resource:
         r = self.resources.get((t, gpus))
@@ -585,11 +601,30 @@ class _Ledger:
             }
         return g
 
+    def gainers(self, t: str, before: Mapping[tuple[str, str], int]) -> list[str]:
+        """Tenants with a positive :meth:`gain` on ``t``, most gained first (then tenant order)."""
+        out = self.gainer_lists.get(t)
+        if out is None:
+            g = self.gain(t, before)
+            tix = self.state.tenant_index
+            out = self.gainer_lists[t] = sorted((o for o in g if g[o] > 0), key=lambda o: (-g[o], tix[o]))
+        return out
+
+    def on_gpus(self, refs: Sequence[GpuRef]) -> set[str]:
+        """Jobs started now on any of the GPUs ``refs``."""
+        on_node = self.on_node
+        ids: set[str] = set()
+        for r in refs:
+            j = on_node.get(r.node, {}).get(r.gpu)
+            if j is not None:
+                ids.add(j)
+                if self.shared:
+                    ids.update(self.shared.get((r.node, r.gpu), ()))
+        return ids
+
     def takers(self, job_id: str) -> list[str]:
         """Jobs started now on the GPUs of running job ``job_id``, most valuable first."""
-        alloc = self.state.job(job_id).allocation or []
-        on_gpu = self.on_gpu
-        ids = {j for r in alloc for j in on_gpu.get((r.node, r.gpu), ())}
+        ids = self.on_gpus(self.state.job(job_id).allocation or [])
         return list(ids) if len(ids) < 2 else sorted(ids, key=self.value)
 
     def who(self, ids: list[str], limit: int | None = MAX_IDS) -> str:
@@ -608,49 +643,148 @@ class _Ledger:
         return ", ".join(parts) + more
 
 
+Rank = Callable[[str], tuple[Any, ...]]
+"""Sort key of a job id, most valuable first: how ``blocked_by`` and ``made_room_for`` list jobs."""
+
+Kind = tuple[str, int, tuple[str, ...] | None]
+"""A queued job's (tenant, gang, allowed types or None): all its explanation depends on."""
+
+
+def queue_kind(job: Job) -> Kind:
+    """The kind of a queued job; an elastic job is explained at its smallest size (the closest
+    it is to starting)."""
+    g = job.size_range[0] if job.is_elastic else job.gpus
+    return (job.tenant, g, None if job.gpu_types is None else tuple(job.gpu_types))
+
+
+def held_before(state: ClusterState) -> dict[tuple[str, str], int]:
+    """Per (tenant, type): the GPUs its running jobs hold in the snapshot (MPS guests excluded),
+    what a reclaim's explanation compares the lender's use after the decision with."""
+    out: dict[tuple[str, str], int] = defaultdict(int)
+    for job in state.running():
+        if job.id not in state.host_of:
+            out[(job.tenant, state.job_type(job))] += job.gpus
+    return out
+
+
 def explain(
     state: ClusterState,
-    p: EpochProblem,
     starts: list[Start],
     preempt: list[Preempt],
-    use: dict[tuple[str, str], int],
+    use: Mapping[tuple[str, str], int],
     loans: list[Loan],
     queue: list[str],
-    kind_of: list[tuple[str, int, tuple[str, ...] | None]],
+    kind_of: list[Kind],
     signal: dict[str, asr.TenantAssurance],
     resizes: list[Resize] | None = None,
+    *,
+    rank: Rank,
+    evicted: Collection[str] = (),
+    room_for: Mapping[str, Sequence[str]] | None = None,
+    before: Mapping[tuple[str, str], int] | None = None,
 ) -> dict[str, Explanation]:
     """An explanation for every queued, every preempted and every resized job, from the final
     decision.
 
-    ``kind_of[i]`` is the (tenant, gang, allowed types or None) of ``queue[i]``; its ``code``
-    is the queue reason of its binding constraint (:data:`BINDING_REASON`). A queued job's
-    explanation depends on its kind only, so it is computed
-    once per kind and shared.
+    ``kind_of[i]`` is the :data:`Kind` of ``queue[i]``; its ``code`` is the queue reason of its
+    binding constraint (:data:`BINDING_REASON`). A queued job's explanation depends on its kind
+    only, so it is computed once per kind and shared. ``use`` is each (tenant, type)'s use after
+    the decision (MPS guests excluded), ``rank`` orders listed jobs, ``evicted`` are the MPS
+    guests stopped because their host's tenant is at risk, and ``room_for`` names, per
+    preempted job, the jobs started now that its stop made room for although they do not use
+    its GPUs (the coordination step of a partitioned epoch); ``before`` is
+    :func:`held_before` when the caller has it. Reads nothing else, so it costs one pass over
+    the starts (and the running jobs, for a reclaim) plus a few operations per kind and
+    preemption.
     """
-    led = _Ledger(state, p, starts, use, loans)
-    per_kind: dict[tuple[str, int, tuple[str, ...] | None], Explanation] = {}
+    led = _Ledger(state, starts, use, loans, rank)
+    per_kind: dict[Kind, Explanation] = {}
     for kind in dict.fromkeys(kind_of):
         ten, g, types = kind
         per_kind[kind] = _explain_queued(led, ten, g, state.type_names if types is None else types)
     out = {jid: per_kind[kind] for jid, kind in zip(queue, kind_of, strict=True)}
     stopped = {x.job: x for x in preempt}
-    evicted = set(p.evicted)
-    before: dict[tuple[str, str], int] = {}
-    if any(pr.reason == PreemptReason.RECLAIM for pr in preempt):
-        # each tenant's use in the snapshot: running jobs that may stop plus those that must
-        for i, row in enumerate(p.held(own_only=False)):
-            for t, n in enumerate(row):
-                before[(p.tenants[i], p.types[t])] = n
-        for jid in p.forced:
-            job = state.job(jid)
-            if jid not in state.host_of:
-                key = (job.tenant, state.job_type(job))
-                before[key] = before.get(key, 0) + job.gpus
+    ev = set(evicted)
+    if before is None:
+        reclaims = any(pr.reason == PreemptReason.RECLAIM for pr in preempt)
+        before = held_before(state) if reclaims else {}  # running jobs that may or must stop
+    room = room_for or {}
     for pr in preempt:
-        out[pr.job] = _explain_preempted(led, pr, stopped, evicted, before, signal)
+        out[pr.job] = _explain_preempted(led, pr, stopped, ev, before, signal, room.get(pr.job, ()))
     for rz in resizes or ():
         out[rz.job] = _explain_resized(led, rz)
+    return out
+
+
+def explain_decision(
+    state: ClusterState,
+    decision: Decision,
+    signal: dict[str, asr.TenantAssurance],
+    *,
+    rank: Rank | None = None,
+    room_for: Mapping[str, Sequence[str]] | None = None,
+) -> dict[str, Explanation]:
+    """:func:`explain` for a finished decision without its :class:`EpochProblem` (the merged
+    decision of a partitioned epoch): use, loans and queue come from ``decision`` and
+    ``state``, the evicted MPS guests from ``signal`` (the rule of
+    :func:`optsched.engine.candidates.build_problem`: a guest whose host's tenant accepts no
+    slowdown), and jobs are ranked by ``rank`` (default: guaranteed first, then oldest, then
+    id); best-effort jobs that may run only on types a tenant starved by its preemption cap
+    waits for (:func:`optsched.engine.candidates.starved_types`) get binding
+    ``preemption_cap``, as in one model. Linear in the jobs and the decision's GPUs."""
+    stopped = {x.job for x in decision.preempt}
+    size = {rz.job: rz.to_gpus for rz in decision.resize}
+    jobs, index, host_of, node_type = state.snapshot.jobs, state.job_index, state.host_of, state.node_type
+    use: dict[tuple[str, str], int] = defaultdict(int)
+    before: dict[tuple[str, str], int] = defaultdict(int)  # held_before, in the same pass
+    for job in state.running():
+        jid = job.id
+        if jid in host_of:
+            continue
+        assert job.allocation is not None
+        key = (job.tenant, node_type(job.allocation[0].node))
+        before[key] += job.gpus
+        if jid not in stopped:
+            use[key] += size.get(jid, job.gpus)
+    keys: dict[str, tuple[Any, ...]] = {}  # default rank of every start, computed once
+    for s in decision.start:
+        x = jobs[index[s.job]]
+        keys[s.job] = (0 if x.qos == "guaranteed" else 1, x.submit_s, s.job)
+        if not s.colocated_with:
+            use[(x.tenant, node_type(s.allocation[0].node))] += len(s.allocation)
+    evicted = {
+        g
+        for g, h in state.host_of.items()
+        if asr.max_host_slowdown(signal[state.job(h).tenant].value) <= 0.0
+    }
+    if rank is None:
+
+        def rank(j: str) -> tuple[Any, ...]:
+            k = keys.get(j)
+            if k is None:  # (only started jobs are ranked)
+                x = jobs[index[j]]
+                k = keys[j] = (0 if x.qos == "guaranteed" else 1, x.submit_s, j)
+            return k
+
+    queue = list(decision.queue)
+    kind_of = [queue_kind(jobs[index[j]]) for j in queue]
+    out = explain(
+        state, list(decision.start), list(decision.preempt), use, list(decision.loans),
+        queue, kind_of, signal, list(decision.resize),
+        rank=rank, evicted=evicted, room_for=room_for, before=before,
+    )
+    # best-effort jobs whose every type a cap-starved tenant's guaranteed jobs wait for are held
+    # back (the rule of the problem's held_back)
+    starved = cap_starved(state)
+    if starved:
+        off = starved_types(state, starved)
+        held = [
+            j
+            for j in queue
+            if jobs[index[j]].qos != "guaranteed"
+            and all(t in off for t in state.allowed_types(jobs[index[j]]))
+        ]
+        _explain_held_back(state, held, out, queue)
     return out
 
 
@@ -674,7 +808,7 @@ def _explain_resized(led: _Ledger, rz: Resize) -> Explanation:
     else:
         kept = {r.key() for r in rz.allocation}
         gone = [r for r in job.allocation or [] if r.key() not in kept]
-        room = sorted({j for r in gone for j in led.on_gpu.get(r.key(), ())}, key=led.value)
+        room = sorted(led.on_gpus(gone), key=led.value)
         given = _gpus(len(gone), t)
         to = f"; its {given} go to {led.who(room, None)} started now" if room else ""
         if rz.reason == ResizeReason.SHRINK_FOR_RECLAIM:
@@ -821,11 +955,11 @@ def _explain_queued(
 
 
 def _explain_held_back(
-    state: ClusterState, p: EpochProblem, explanations: dict[str, Explanation], queue: list[str]
+    state: ClusterState, held_back: Sequence[str], explanations: dict[str, Explanation], queue: list[str]
 ) -> None:
     """Explanations of the best-effort jobs held back because a cap-starved tenant's guaranteed
-    jobs wait for their types (``p.held_back``): binding ``preemption_cap``, ``blocked_by`` that
-    tenant's queued guaranteed jobs; the per-type numbers stay."""
+    jobs wait for their types (``held_back``, the problem's): binding ``preemption_cap``,
+    ``blocked_by`` that tenant's queued guaranteed jobs; the per-type numbers stay."""
     why = cap_starved(state)
     on_type = starved_types(state, why)
     waiting: dict[str, list[str]] = defaultdict(list)
@@ -833,7 +967,7 @@ def _explain_held_back(
         job = state.job(jid)
         if job.qos == "guaranteed" and job.tenant in why and len(waiting[job.tenant]) < MAX_IDS:
             waiting[job.tenant].append(jid)
-    for jid in p.held_back:
+    for jid in held_back:
         e = explanations.get(jid)
         if e is None:
             continue
@@ -870,6 +1004,7 @@ def _explain_preempted(
     evicted: set[str],
     before: Mapping[tuple[str, str], int],
     signal: dict[str, asr.TenantAssurance],
+    room_for: Sequence[str] = (),
 ) -> Explanation:
     st = led.state
     job = st.job(pr.job)
@@ -883,6 +1018,14 @@ def _explain_preempted(
     if takers:
         verb = "goes" if job.gpus == 1 else "go"
         gone = f"; its {_gpus(job.gpus, t)} {verb} to {led.who(takers, None)} started now"
+    # jobs started now that its stop made room for on other GPUs of the type (the coordination
+    # step of a partitioned epoch frees GPUs and quota anywhere in the fleet for a start)
+    extra: list[str] = []
+    if room_for:
+        extra = sorted({j for j in room_for if j in led.start_of} - set(takers), key=led.value)
+    if extra:
+        gone += f"; stopping it makes room for {led.who(extra, None)} started now on other '{t}' GPUs"
+        takers = sorted([*takers, *extra], key=led.value)
     room = takers
     if pr.reason == PreemptReason.NODE_UNAVAILABLE:
         alloc = job.allocation or []
@@ -893,12 +1036,18 @@ def _explain_preempted(
     elif pr.reason == PreemptReason.RECLAIM:
         q_of = st.quota
         gain = led.gain(t, before)
-        owners = [o for o in st.tenant_ids if o != ten and gain[o] > 0]
-        taker_tenants = {st.job(j).tenant for j in takers}
-        owners.sort(key=lambda o: (o not in taker_tenants, -gain[o], st.tenant_index[o]))
+        # the lender: a tenant (not its own) that uses more of its own quota after the decision,
+        # the takers' tenants first, then most gained, then tenant order
+        tix = st.tenant_index
+        lender = min(
+            (o for o in {st.job(j).tenant for j in takers} if o != ten and gain[o] > 0),
+            key=lambda o: (-gain[o], tix[o]),
+            default=None,
+        )
+        if lender is None:
+            lender = next((o for o in led.gainers(t, before) if o != ten), None)
         text = f"it ran on '{t}' quota its tenant {ten} borrowed"
-        if owners:
-            lender = owners[0]
+        if lender is not None:
             binding = "quota"
             u0, u1 = before.get((lender, t), 0), led.use.get((lender, t), 0)
             text += (

@@ -23,7 +23,11 @@ The design (``docs/partitioning.md`` says why each step keeps the guarantees exa
    *global* idle quota or on loan from the *global* idle quota of the others; ``on_loan`` flags
    and loans are re-derived globally (a tenant over its slice in one part but under its quota
    overall borrows nothing), and the over-quota notes are recomputed on global numbers.
-7. **Check.** The merged decision goes through :func:`optsched.engine.check.check_decision` on
+7. **Explain.** Every queued and every preempted job of the merged decision gets its
+   explanation, computed on the whole snapshot and the merged decision
+   (:func:`optsched.engine.decide.explain_decision`), and its queue reason from it; a job the
+   coordination step stopped names the start it made room for.
+8. **Check.** The merged decision goes through :func:`optsched.engine.check.check_decision` on
    the whole snapshot; a rejected merge falls back to the monolithic pipeline.
 
 The status is never ``optimal``: ``feasible`` when every part's solver answered, ``fallback``
@@ -46,6 +50,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from optsched.engine import assurance as asr
 from optsched.engine.candidates import cap_starved, protected, starved_types
 from optsched.engine.check import over_quota_note
+from optsched.engine.decide import explain_decision
 from optsched.engine.state import ClusterState
 from optsched.schema.decision import (
     Decision,
@@ -520,8 +525,41 @@ def merge(
     signal: dict[str, asr.TenantAssurance] | None = None,
 ) -> Decision:
     """The coordination step: merge the parts' decisions into one for the whole fleet
-    (``signal``: the fleet's assurance, computed here when not given)."""
+    (``signal``: the fleet's assurance, computed here when not given), with its explanations
+    and queue reasons (:func:`explain_merged`)."""
+    if signal is None:
+        signal = asr.compute(state)
+    d, room_for = merge_plan(state, results, leftover, signal)
+    explain_merged(state, d, signal, room_for)
+    return d
+
+
+def explain_merged(
+    state: ClusterState,
+    decision: Decision,
+    signal: dict[str, asr.TenantAssurance],
+    room_for: dict[str, list[str]] | None = None,
+) -> None:
+    """Give the merged ``decision`` its explanations, computed on the whole snapshot and the
+    merged decision (every queued, preempted and resized job), and its queue reasons (each the
+    code of the job's explanation, as in one model). ``room_for``: per job the coordination
+    step stopped, the start it made room for. Changes nothing else of the decision."""
+    exps = explain_decision(state, decision, signal, room_for=room_for)
+    decision.explanations = exps
+    decision.queue_reasons = {jid: QueueReason(exps[jid].code) for jid in decision.queue}
+
+
+def merge_plan(
+    state: ClusterState,
+    results: list[PartResult],
+    leftover: list[str],
+    signal: dict[str, asr.TenantAssurance],
+) -> tuple[Decision, dict[str, list[str]]]:
+    """The coordination step without explanations: the merged decision (``explanations`` and
+    ``queue_reasons`` empty) and, per running job it stopped, the queued job whose start the
+    stop made room for."""
     snap = state.snapshot
+    room_for: dict[str, list[str]] = {}
     starts: list[Start] = []
     preempt: list[Preempt] = []
     predictions: dict[str, JobPrediction] = {}
@@ -584,8 +622,6 @@ def merge(
             use[(o, t)] -= n
         return ds, dd
 
-    if signal is None:
-        signal = asr.compute(state)
     # on-loan running jobs a reclaim may stop: not preempted by a part, no MPS pair involved
     # and, after them, preemptible jobs not on loan (a priority preemption: within the tenant's
     # preemption cap, after its minimum runtime); never a guaranteed job inside quota
@@ -720,6 +756,7 @@ def merge(
                             own_kept[(v.tenant, t)] -= v.gpus
                             lost[v.tenant] += v.gpus
                         reclaimed.append(Preempt(job=v.job.id, reason=why, lost_s=v.job.restart_cost_s))
+                        room_for[v.job.id] = [job.id]
                     alloc = fleet.place(t, g)
                     added.append(Start(job=job.id, allocation=alloc))
                     started_ids.add(job.id)
@@ -767,8 +804,6 @@ def merge(
         notes.append(over_quota_note(ten, t, gpus))
     final = {x.job for x in starts}
     queue = sorted((j for j in state.pending() if j.id not in final), key=_queue_key)
-    capacity = state.capacity()
-    reasons = {j.id: _reason(state, capacity, fleet, j) for j in queue}
     statuses = [r.decision.status for r in results]
     status: Literal["optimal", "feasible", "fallback"] = "fallback" if "fallback" in statuses else "feasible"
     part_notes = [
@@ -796,20 +831,21 @@ def merge(
         stage_seconds={},
         notes=[head, *part_notes, *notes],
     )
-    return Decision(
+    d = Decision(
         now=snap.now,
         status=status,
         solver=info,
         start=starts,
         preempt=preempt,
         queue=[j.id for j in queue],
-        queue_reasons=reasons,
+        queue_reasons={},
         explanations={},
         loans=loans,
         assurance={t: round(signal[t].value, 6) for t in state.tenant_ids},
         assurance_state=asr.next_state(state, signal, sorted(started_ids)),
         predictions=predictions or None,
     )
+    return d, room_for
 
 
 def _relabel_loans(
@@ -880,17 +916,6 @@ def _derive_loans(
     return out, uncovered
 
 
-def _reason(state: ClusterState, cap: dict[str, int], fleet: _Fleet, job: Job) -> QueueReason:
-    allowed = state.allowed_types(job)
-    if not any(cap.get(t, 0) > 0 for t in allowed):
-        return QueueReason.TYPE_UNAVAILABLE
-    if not any(cap.get(t, 0) >= job.gpus for t in allowed):
-        return QueueReason.GANG_TOO_LARGE
-    if not any(fleet.total.get(t, 0) >= job.gpus for t in allowed):
-        return QueueReason.NO_CAPACITY
-    return QueueReason.QUOTA_AND_NO_LENDER
-
-
 # --------------------------------------------------------------------------- the whole call
 
 
@@ -904,11 +929,11 @@ def solve_partitioned(
     predictor: Predictor | None = None,
     on_stage: Callable[[str, float], None] | None = None,
 ) -> Decision:
-    """Split, solve the parts with ``solve`` (:func:`optsched.engine.epoch.solve_epoch`), merge
-    and check (see the module docstring). ``stage_seconds`` gets ``split`` (with the fleet's
-    assurance), ``part_max``, ``merge`` and ``check``, their ``*_cpu`` twins, and every part's
-    seconds. Raises :class:`MergeRejected` when the merged decision fails the checker (the
-    caller falls back)."""
+    """Split, solve the parts with ``solve`` (:func:`optsched.engine.epoch.solve_epoch`), merge,
+    explain and check (see the module docstring). ``stage_seconds`` gets ``split`` (with the
+    fleet's assurance), ``part_max``, ``merge``, ``explain`` and ``check``, their ``*_cpu``
+    twins, and every part's seconds. Raises :class:`MergeRejected` when the merged decision
+    fails the checker (the caller falls back)."""
     from optsched.engine.check import check_decision
 
     stage: dict[str, float] = {}
@@ -928,9 +953,13 @@ def solve_partitioned(
         stage[f"part{p}"] = r.seconds
         stage[f"part{p}_cpu"] = r.cpu_seconds
     t, c = time.monotonic(), time.process_time()
-    d = merge(state, results, sp.leftover, signal)
+    d, room_for = merge_plan(state, results, sp.leftover, signal)
     stage["merge"] = time.monotonic() - t
     stage["merge_cpu"] = time.process_time() - c
+    t, c = time.monotonic(), time.process_time()
+    explain_merged(state, d, signal, room_for)
+    stage["explain"] = time.monotonic() - t
+    stage["explain_cpu"] = time.process_time() - c
     t, c = time.monotonic(), time.process_time()
     bad = check_decision(state, d)
     stage["check"] = time.monotonic() - t

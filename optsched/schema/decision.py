@@ -172,7 +172,8 @@ class Explanation(_Strict):
     made_room_for: list[str] = Field(
         default_factory=list,
         description="Preempted jobs: the jobs started now on its GPUs (or, when none, the starts that "
-        "use the quota it held); shrunk jobs: the jobs started now on the GPUs it gave up.",
+        "use the quota it held), and in a partitioned epoch the job the coordination step stopped it "
+        "for when that starts on other GPUs; shrunk jobs: the jobs started now on the GPUs it gave up.",
     )
     lender: str | None = Field(
         default=None,
