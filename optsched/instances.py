@@ -106,6 +106,59 @@ def _spec(size: Size, rng: np.random.Generator) -> _Spec:
     )
 
 
+
+def _set_running(
+    j: dict[str, Any], alloc: list[dict[str, Any]], over: bool, now: float, rng: np.random.Generator
+) -> None:
+    """Make a generated job run on ``alloc``: started up to 20,000 s ago, submitted up to 3,000 s
+    before that; a job placed above its tenant's quota runs on loan, as best-effort."""
+    start = now - float(rng.uniform(0, 20000))
+    j.update(
+        {
+            "allocation": alloc,
+            "start_s": round(start, 1),
+            "on_loan": over,
+            "submit_s": round(start - float(rng.uniform(0, 3000)), 1),
+        }
+    )
+    if over:
+        j["qos"] = "best_effort"
+
+
+def _mps_hosts(
+    jobs: list[dict[str, Any]], type_of: dict[str, str], mps_types: set[str]
+) -> list[dict[str, Any]]:
+    """Running best-effort jobs on an MPS type with a known memory below 12 GiB: hosts a small
+    guest may share."""
+    return [
+        j
+        for j in jobs
+        if j["qos"] == "best_effort"
+        and type_of[j["allocation"][0]["node"]] in mps_types
+        and j["memory_gib"] is not None
+        and j["memory_gib"] < 12
+    ]
+
+
+def _set_guest(g: dict[str, Any], h: dict[str, Any]) -> None:
+    """Make ``g`` a 1-GPU best-effort MPS guest on the first GPU of host ``h`` (both shareable)."""
+    g.update(
+        {
+            "qos": "best_effort",
+            "gpus": 1,
+            "gpu_types": None,
+            "memory_gib": 4.0,
+            "allocation": [h["allocation"][0]],
+            "start_s": h["start_s"],
+            "on_loan": False,
+            "submit_s": h["submit_s"],
+            "colocated": True,
+            "guest_of": h["id"],
+            "shareable": True,
+        }
+    )
+    h["colocated"] = h["shareable"] = True
+
 def quota_tree(snap: dict[str, Any], seed: int = 0) -> dict[str, Any]:
     """Put the tenants of ``snap`` under a 3-level quota tree (in place; returns ``snap``).
 
@@ -305,51 +358,17 @@ def generate(
             continue
         use[(j["tenant"], ty)] = u + j["gpus"]
         j["gpu_types"] = j["gpu_types"] if j["gpu_types"] is None or ty in j["gpu_types"] else None
-        start = now - float(rng.uniform(0, 20000))
-        j.update(
-            {
-                "allocation": alloc,
-                "start_s": round(start, 1),
-                "on_loan": bool(over),
-                "submit_s": round(start - float(rng.uniform(0, 3000)), 1),
-            }
-        )
-        if over:
-            j["qos"] = "best_effort"
+        _set_running(j, alloc, over, now, rng)
         jobs.append(j)
         placed += j["gpus"]
         k += 1
     # a few MPS pairs: a small best-effort guest on a shareable best-effort host
-    mps_types = {t for t in type_names if spec.types[t]["mps"]}
-    hosts = [
-        j
-        for j in jobs
-        if j["qos"] == "best_effort"
-        and node_type[j["allocation"][0]["node"]] in mps_types
-        and j["memory_gib"] is not None
-        and j["memory_gib"] < 12
-    ]
+    hosts = _mps_hosts(jobs, node_type, {t for t in type_names if spec.types[t]["mps"]})
     for h in hosts[: max(1, len(hosts) // 10)]:
-        g = jobs_guest = job_fields(k, "running")
+        g = job_fields(k, "running")
         k += 1
-        g.update(
-            {
-                "qos": "best_effort",
-                "gpus": 1,
-                "gpu_types": None,
-                "memory_gib": 4.0,
-                "allocation": [h["allocation"][0]],
-                "start_s": h["start_s"],
-                "on_loan": False,
-                "submit_s": h["submit_s"],
-                "colocated": True,
-                "guest_of": h["id"],
-                "shareable": True,
-            }
-        )
-        h["colocated"] = True
-        h["shareable"] = True
-        jobs.append(jobs_guest)
+        _set_guest(g, h)
+        jobs.append(g)
     for p in range(spec.pending):
         j = job_fields(p, "pending")
         j["submit_s"] = round(now - float(rng.exponential(2400)), 1)
@@ -510,47 +529,14 @@ def generate_fleet(gpus: int, seed: int = 0, now: float = 86400.0) -> dict[str, 
             continue
         use[(j["tenant"], t)] = u + g
         used[t] += g
-        start = now - float(rng.uniform(0, 20000))
-        j.update(
-            {
-                "allocation": alloc,
-                "start_s": round(start, 1),
-                "on_loan": bool(over),
-                "submit_s": round(start - float(rng.uniform(0, 3000)), 1),
-            }
-        )
-        if over:
-            j["qos"] = "best_effort"
+        _set_running(j, alloc, over, now, rng)
         jobs.append(j)
         placed += g
-    mps = {t for t in names if FLEET_TYPES[t]["mps"]}
-    hosts = [
-        j
-        for j in jobs
-        if j["qos"] == "best_effort"
-        and type_of[j["allocation"][0]["node"]] in mps
-        and j["memory_gib"] is not None
-        and j["memory_gib"] < 12
-    ]
+    hosts = _mps_hosts(jobs, type_of, {t for t in names if FLEET_TYPES[t]["mps"]})
     guests = draw(max(1, len(hosts) // 10), "running")
     for k, (h, g) in enumerate(zip(hosts, guests, strict=False)):
-        h["colocated"] = h["shareable"] = True
-        g.update(
-            {
-                "id": f"g{k:06d}",
-                "qos": "best_effort",
-                "gpus": 1,
-                "gpu_types": None,
-                "memory_gib": 4.0,
-                "allocation": [h["allocation"][0]],
-                "start_s": h["start_s"],
-                "on_loan": False,
-                "submit_s": h["submit_s"],
-                "colocated": True,
-                "guest_of": h["id"],
-                "shareable": True,
-            }
-        )
+        g["id"] = f"g{k:06d}"
+        _set_guest(g, h)
         jobs.append(g)
     pending = draw(gpus // 2, "pending")
     waits = rng.exponential(2400, size=len(pending))
