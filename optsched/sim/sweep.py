@@ -23,6 +23,7 @@ import json
 import tomllib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -99,6 +100,19 @@ def execute(
     items = list(tasks)
     results: dict[Any, Any] = {}
     failures: list[Failure] = []
+
+    def settle(key: Any, get: Callable[[], Any]) -> None:
+        """Record one task's result (``on_done``) or its failure (``on_fail``)."""
+        try:
+            results[key] = get()
+        except Exception as exc:
+            failures.append(Failure(key, f"{type(exc).__name__}: {exc}"))
+            if on_fail:
+                on_fail(key, failures[-1].error)
+            return
+        if on_done:
+            on_done(key, results[key])
+
     if use_ray:
         import ray
 
@@ -112,43 +126,17 @@ def execute(
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
             for ref in ready:
-                key = pending.pop(ref)
-                try:
-                    results[key] = ray.get(ref)
-                except Exception as exc:
-                    failures.append(Failure(key, f"{type(exc).__name__}: {exc}"))
-                    if on_fail:
-                        on_fail(key, failures[-1].error)
-                    continue
-                if on_done:
-                    on_done(key, results[key])
+                settle(pending.pop(ref), partial(ray.get, ref))
     elif workers > 1:
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
         with ProcessPoolExecutor(max_workers=workers) as pool:
             futs = {pool.submit(_retrying, fn, args, retries): key for key, fn, args in items}
             for fut in as_completed(futs):
-                key = futs[fut]
-                try:
-                    results[key] = fut.result()
-                except Exception as exc:
-                    failures.append(Failure(key, f"{type(exc).__name__}: {exc}"))
-                    if on_fail:
-                        on_fail(key, failures[-1].error)
-                    continue
-                if on_done:
-                    on_done(key, results[key])
+                settle(futs[fut], fut.result)
     else:
         for key, fn, args in items:
-            try:
-                results[key] = _retrying(fn, args, retries)
-            except Exception as exc:
-                failures.append(Failure(key, f"{type(exc).__name__}: {exc}"))
-                if on_fail:
-                    on_fail(key, failures[-1].error)
-                continue
-            if on_done:
-                on_done(key, results[key])
+            settle(key, partial(_retrying, fn, args, retries))
     order = {key: k for k, (key, _, _) in enumerate(items)}
     return dict(sorted(results.items(), key=lambda kv: order[kv[0]])), failures
 
