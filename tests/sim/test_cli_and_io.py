@@ -7,29 +7,17 @@ import json
 from pathlib import Path
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
-from optsched.cli.simulate import register
+from optsched.cli import app
 from optsched.sim.metrics import SUMMARY_KEYS, summarize
 from optsched.sim.runner import RunSpec, load_log, run_one, save_log
 from optsched.sim.trace import GuaranteeRule, read_openb, read_venus
 
 
-def _app() -> typer.Typer:
-    app = typer.Typer()
-    register(app)
-
-    @app.callback()
-    def _root() -> None:  # keeps "simulate" a sub-command
-        pass
-
-    return app
-
-
 def test_simulate_command_writes_summary_table_and_plots(tmp_path: Path) -> None:
     out = tmp_path / "cmp"
-    res = CliRunner().invoke(_app(), [
+    res = CliRunner().invoke(app, [
         "simulate", "--trace", "mini", "--policies", "fifo,kueue,lucid", "--seeds", "0,1",
         "--out", str(out), "--max-jobs", "120", "--workers", "1",
     ])
@@ -48,7 +36,7 @@ def test_simulate_command_writes_summary_table_and_plots(tmp_path: Path) -> None
 
 
 def test_simulate_rejects_unknown_policy(tmp_path: Path) -> None:
-    res = CliRunner().invoke(_app(), ["simulate", "--trace", "mini", "--policies", "nope",
+    res = CliRunner().invoke(app, ["simulate", "--trace", "mini", "--policies", "nope",
                                       "--out", str(tmp_path)])
     assert res.exit_code != 0
     assert "unknown policy" in res.output

@@ -7,10 +7,9 @@ import math
 from pathlib import Path
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
-from optsched.cli.simulate import register
+from optsched.cli import app
 from optsched.schema.decision import Decision
 from optsched.schema.snapshot import Snapshot
 from optsched.sim.cluster import SimConfig, Simulator
@@ -116,20 +115,11 @@ def test_events_cut_queueing_delay_of_jobs_that_fit(mini: Trace) -> None:
     assert summarize(off)["event_decisions"] == 0
 
 
-def _app() -> typer.Typer:
-    app = typer.Typer()
-    register(app)
-
-    @app.callback()
-    def _root() -> None:
-        pass
-
-    return app
 
 
 def test_simulate_both_modes_side_by_side(tmp_path: Path) -> None:
     out = tmp_path / "both"
-    res = CliRunner().invoke(_app(), [
+    res = CliRunner().invoke(app, [
         "simulate", "--trace", "mini", "--policies", "fifo,antman", "--seeds", "0",
         "--out", str(out), "--max-jobs", "80", "--mode", "both", "--load-scale", "1.5",
         "--no-plots",
@@ -153,6 +143,6 @@ def test_simulate_both_modes_side_by_side(tmp_path: Path) -> None:
 
 def test_simulate_rejects_bad_mode_and_scale(tmp_path: Path) -> None:
     for args in (["--mode", "mixed"], ["--load-scale", "0"]):
-        res = CliRunner().invoke(_app(), ["simulate", "--trace", "mini", "--policies", "fifo",
+        res = CliRunner().invoke(app, ["simulate", "--trace", "mini", "--policies", "fifo",
                                           "--out", str(tmp_path), *args])
         assert res.exit_code == 2, res.output

@@ -11,10 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
-from optsched.cli.simulate import register
+from optsched.cli import app
 from optsched.sim.cluster import Simulator
 from optsched.sim.metrics import per_tenant, summarize
 from optsched.sim.policies import make_policy
@@ -90,22 +89,13 @@ def test_per_tenant_preemptions_belong_to_the_preempted_jobs_tenant() -> None:
 
 
 # ------------------------------------------------------------------ the report of a real run
-def _app() -> typer.Typer:
-    app = typer.Typer()
-    register(app)
-
-    @app.callback()
-    def _root() -> None:
-        pass
-
-    return app
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str, Path]:
     """A tiny slice of the mini trace under three policies (one preempts, one reclaims)."""
     out = tmp_path_factory.mktemp("report") / "cmp"
-    res = CliRunner().invoke(_app(), [
+    res = CliRunner().invoke(app, [
         "simulate", "--trace", "mini", "--policies", "tiresias,kueue,optsched",
         "--seeds", "0,1", "--max-jobs", "300", "--time-limit-s", "0.3", "--out", str(out),
         "--no-plots", "--workers", "1",

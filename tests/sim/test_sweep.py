@@ -7,10 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
-from optsched.cli.simulate import register
+from optsched.cli import app
 from optsched.sim.runner import RunSpec, clean, run_many
 from optsched.sim.sweep import SweepSpec, execute, run_specs, run_sweep, specs_for
 
@@ -123,25 +122,16 @@ def test_a_failing_replay_is_listed_not_lost(tmp_path: Path) -> None:
     assert (tmp_path / "o" / "runs" / "fifo" / "seed0" / "meta.json").exists()
 
 
-def _app() -> typer.Typer:
-    app = typer.Typer()
-    register(app)
-
-    @app.callback()
-    def _root() -> None:
-        pass
-
-    return app
 
 
 def test_sweep_command(tmp_path: Path) -> None:
     p = tmp_path / "s.toml"
     p.write_text(SPEC.replace('"fifo", "kueue"', '"fifo"').replace("seeds = [0, 1]", "seeds = [0]"))
-    res = CliRunner().invoke(_app(), ["sweep", str(p), "--out", str(tmp_path / "out")])
+    res = CliRunner().invoke(app, ["sweep", str(p), "--out", str(tmp_path / "out")])
     assert res.exit_code == 0, res.output
     assert "mini / short: 1/1 runs" in res.output
     p.write_text("traces = []\npolicies = ['fifo']\nseeds = [0]\n")
-    res = CliRunner().invoke(_app(), ["sweep", str(p), "--out", str(tmp_path / "out2")])
+    res = CliRunner().invoke(app, ["sweep", str(p), "--out", str(tmp_path / "out2")])
     assert res.exit_code == 2
     assert "traces" in res.output
 
