@@ -172,6 +172,9 @@ def decide_event(state: ClusterState, *, allow_loans: bool = True,
     started: set[str] = set()
     order = event_order(state.pending())
 
+    # best-effort jobs keep off the types cap-starved tenants' guaranteed jobs wait for
+    off = set(starved_types(state, cap_starved(state)))
+
     def try_start(job: Job, on_loan: bool) -> bool:
         for t in state.allowed_types(job):
             if t in off and job.qos != "guaranteed":
@@ -192,17 +195,14 @@ def decide_event(state: ClusterState, *, allow_loans: bool = True,
             return True
         return False
 
-    # best-effort jobs keep off the types cap-starved tenants' guaranteed jobs wait for
-    off = set(starved_types(state, cap_starved(state)))
-    eligible = order
     blocked: set[str] = set()  # types on which an in-quota job stays queued
-    for job in eligible:
+    for job in order:
         if not try_start(job, on_loan=False):
             for t in state.allowed_types(job):
                 if own[(job.tenant, t)] + job.gpus <= state.quota(job.tenant, t):
                     blocked.add(t)
     if allow_loans:
-        for job in eligible:
+        for job in order:
             if job.id in started:
                 continue
             if hold_for_quota and any(t in blocked for t in state.allowed_types(job)):
@@ -210,7 +210,7 @@ def decide_event(state: ClusterState, *, allow_loans: bool = True,
             try_start(job, on_loan=True)
 
     if predictor is not None:
-        guests = _guests(state, [j for j in eligible if j.id not in started], starts, predictor,
+        guests = _guests(state, [j for j in order if j.id not in started], starts, predictor,
                          weights or ObjectiveWeights(), signal)
         starts += guests
         started.update(s.job for s in guests)
