@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from optsched.cli.common import emit, fail, read_text
+from optsched.cli.common import check_input_file, check_out_file, emit, fail, read_text
 
 if TYPE_CHECKING:
     from optsched.engine.state import ClusterState
@@ -45,7 +45,22 @@ def solve(
     from optsched.engine.epoch import resolve_params, solve_epoch
     from optsched.engine.state import ClusterState, parse_snapshot
 
-    snap = parse_snapshot(read_text(snapshot))
+    # every path and option is checked before the snapshot is read or anything solved
+    check_out_file(out, "--out")
+    if solver_config is not None:
+        check_input_file(solver_config, "--solver-config")
+    if predictor not in ("trained", "fallback"):
+        fail("--predictor", f"unknown predictor '{predictor}' (trained, fallback)")
+    if time_limit is not None and not time_limit > 0:
+        fail("--time-limit", "must be > 0")
+    if partitions not in (None, "auto") and (not partitions.isdigit() or int(partitions) < 1):
+        fail("--partitions", f"a count >= 1 or auto (got '{partitions}')")
+    if backend is not None:
+        from optsched.engine.backends import BACKENDS
+
+        if backend != "auto" and backend not in BACKENDS:
+            fail("--backend", f"unknown backend '{backend}' (auto, {', '.join(BACKENDS)})")
+    snap = parse_snapshot(read_text(snapshot, "snapshot"))
     state = ClusterState.from_snapshot(snap)
     if solver_config is not None:
         try:
@@ -58,14 +73,8 @@ def solve(
         params = resolve_params(snap, None)
     changes: dict[str, Any] = {}
     if backend is not None:
-        from optsched.engine.backends import BACKENDS
-
-        if backend != "auto" and backend not in BACKENDS:
-            fail("--backend", f"unknown backend '{backend}' (auto, {', '.join(BACKENDS)})")
         changes["backend"] = backend
     if time_limit is not None:
-        if time_limit <= 0:
-            fail("--time-limit", "must be > 0")
         changes["time_limit_s"] = time_limit
     if seed is not None:
         changes["seed"] = seed
@@ -78,10 +87,8 @@ def solve(
         from optsched.predict.fallback import EstimatePredictor
 
         pred = EstimatePredictor()
-    elif predictor == "trained":
-        pred = default_predictor()  # loaded before the solve's clock starts
     else:
-        fail("--predictor", f"unknown predictor '{predictor}' (trained, fallback)")
+        pred = default_predictor()  # loaded before the solve's clock starts
     if params.backend == "milp":
         # start the HiGHS worker process before the clock of the solve starts
         from optsched.engine.backends.milp.backend import warm_up
@@ -89,8 +96,6 @@ def solve(
         warm_up()
     parts: int | str | None = partitions
     if partitions is not None and partitions != "auto":
-        if not partitions.isdigit() or int(partitions) < 1:
-            fail("--partitions", f"a count >= 1 or auto (got '{partitions}')")
         parts = int(partitions)
     decision = solve_epoch(state, params=params, predictor=pred, partitions=parts)
     emit(decision.model_dump_json(indent=1, exclude_none=True), out)
@@ -103,9 +108,9 @@ def _snapshot_and_decision(snapshot: str, decision: str) -> tuple[ClusterState, 
     from optsched.engine.state import error_path, load_state
     from optsched.schema.decision import Decision
 
-    state = load_state(read_text(snapshot))
+    state = load_state(read_text(snapshot, "snapshot"))
     try:
-        dec = Decision.model_validate_json(read_text(decision))
+        dec = Decision.model_validate_json(read_text(decision, "decision"))
     except ValidationError as exc:
         err = exc.errors(include_url=False)[0]
         fail(f"decision.{error_path(tuple(err['loc']))}".rstrip("."), err["msg"])
@@ -159,6 +164,7 @@ def schema(
     models: dict[str, type[BaseModel]] = {"snapshot": Snapshot, "decision": Decision}
     if which not in models:
         fail("which", f"unknown schema '{which}' (snapshot, decision)")
+    check_out_file(out, "--out")
     emit(json.dumps(models[which].model_json_schema(), indent=1, sort_keys=True), out)
 
 
@@ -191,6 +197,7 @@ def generate(
         fail("--gpus", f"a fleet has a multiple of 8 GPUs, at least 64 (got {gpus})")
     if size == "fleet" and (tree or elastic):
         fail("--size", "fleet snapshots take neither --tree nor --elastic")
+    check_out_file(out, "--out")
     indent = 1 if size != "fleet" else None  # a 100,000-GPU fleet is 30 MB on one line
     snap = gen(size, seed, gpus=gpus, tree=tree, elastic=elastic)  # type: ignore[arg-type]
     emit(json.dumps(snap, indent=indent), out)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from optsched.cli.common import check_out_dir, out_dir
 from optsched.predict.datasets import RUNTIME_TRACES
 
 if TYPE_CHECKING:
@@ -46,10 +47,14 @@ def _traces(path: Path | None) -> Path:
     from optsched.sim.paths import require_traces_dir
 
     try:
-        return require_traces_dir(path)
+        found = require_traces_dir(path)
     except FileNotFoundError as exc:
         typer.echo(f"error: --traces: {exc}", err=True)
         raise typer.Exit(2) from None
+    if not found.is_dir():
+        typer.echo(f"error: --traces: '{found}' is not a folder", err=True)
+        raise typer.Exit(2)
+    return found
 
 
 def train_cmd(
@@ -68,9 +73,10 @@ def train_cmd(
     if runtime_trace not in RUNTIME_TRACES:
         typer.echo(f"error: --runtime-trace: unknown trace '{runtime_trace}'", err=True)
         raise typer.Exit(2)
+    check_out_dir(out, "--out")
     tdir = _traces(traces)
     console = Console(stderr=True)
-    with _progress(3, console) as prog:
+    with out_dir(out), _progress(3, console) as prog:
         task = prog.add_task("training", total=3)
 
         def step(msg: str) -> None:
@@ -121,10 +127,11 @@ def evaluate_cmd(
         if n not in RUNTIME_TRACES:
             typer.echo(f"error: --runtime-trace: unknown trace '{n}'", err=True)
             raise typer.Exit(2)
+    check_out_dir(out, "--out")
     tdir = _traces(traces)
     console = Console(stderr=True)
     total = len(names) + 2
-    with _progress(total, console) as prog:
+    with out_dir(out), _progress(total, console) as prog:
         task = prog.add_task("evaluating", total=total)
 
         def describe(msg: str) -> None:

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from optsched.cli.common import fail
+from optsched.cli.common import check_out_file, fail
 
 
 def serve(
@@ -57,6 +57,8 @@ def serve(
         fail("--port", "must be in 0..65535")
     if token is not None and not token.strip():
         fail("--token", "must not be empty")
+    if str(db) != ":memory:":
+        check_out_file(db, "--db")
     try:
         loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:

@@ -14,8 +14,18 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from optsched.cli.common import (
+    check_input_dir,
+    check_input_file,
+    check_out_dir,
+    fail,
+    out_dir,
+    parse_ints,
+    require,
+    write_atomic,
+)
 from optsched.sim.names import POLICIES
-from optsched.sim.trace import DEFAULT_QOS_DELAY_S
+from optsched.sim.trace import DEFAULT_QOS_DELAY_S, check_trace
 
 if TYPE_CHECKING:
     from optsched.sim.runner import RunSpec
@@ -105,17 +115,48 @@ def simulate(
     from optsched.sim.runner import RunSpec, clean
     from optsched.sim.trace import GuaranteeRule
 
+    # every option and path is checked before anything is read, created or replayed
     pols = [p.strip() for p in policies.split(",") if p.strip()]
     for p in pols:
         if p not in POLICIES:
-            raise typer.BadParameter(f"unknown policy '{p}' (choose from {', '.join(POLICIES)})")
-    seed_list = [int(s) for s in seeds.split(",") if s.strip()]
+            fail("--policies", f"unknown policy '{p}' (choose from {', '.join(POLICIES)})")
+    require(bool(pols), "--policies", "give at least one policy")
+    seed_list = parse_ints(seeds, "--seeds")
     if guarantee not in ("quota", "all", "none"):
-        raise typer.BadParameter("--guarantee must be quota, all or none")
+        fail("--guarantee", f"'{guarantee}': must be quota, all or none")
     if mode not in ("pooled", "partitioned", "both"):
-        raise typer.BadParameter("--mode must be pooled, partitioned or both")
+        fail("--mode", f"'{mode}': must be pooled, partitioned or both")
     if not load_scale > 0 or math.isinf(load_scale):
-        raise typer.BadParameter("--load-scale must be a positive number")
+        fail("--load-scale", "must be a positive number")
+    _positive(epoch_s, "--epoch-s")
+    _positive(time_limit_s, "--time-limit-s")
+    _positive(qos_delay_s, "--qos-delay-s")
+    for value, name in ((min_gap_s, "--min-gap-s"), (checkpoint_s, "--checkpoint-s"),
+                        (restart_overhead_s, "--restart-overhead-s")):
+        require(value >= 0 and not math.isinf(value), name, "must be a number >= 0")
+    require(0.0 <= guarantee_fraction <= 1.0, "--guarantee-fraction", "a share in [0, 1]")
+    require(workers >= 1, "--workers", "must be >= 1")
+    require(retries >= 0, "--retries", "must be >= 0")
+    require(max_jobs is None or max_jobs >= 1, "--max-jobs", "must be >= 1")
+    require(lookahead_epochs is None or lookahead_epochs >= 0, "--lookahead-epochs", "must be >= 0")
+    require(reserve_min_gpus is None or reserve_min_gpus >= 1, "--reserve-min-gpus", "must be >= 1")
+    if predictor not in ("trained", "fallback", "oracle"):
+        fail("--predictor", f"unknown predictor '{predictor}' (trained, fallback, oracle)")
+    if backend != "auto":
+        from optsched.engine.backends import BACKENDS
+
+        if backend not in BACKENDS:
+            fail("--backend", f"unknown backend '{backend}' (auto, {', '.join(BACKENDS)})")
+    if lucid_dir is not None:
+        from optsched.sim.profiles import LUCID_FILES, is_lucid_dir
+
+        check_input_dir(lucid_dir, "--lucid-dir")
+        require(is_lucid_dir(lucid_dir), "--lucid-dir", f"'{lucid_dir}' lacks {' or '.join(LUCID_FILES)}")
+    try:
+        check_trace(trace)
+    except (OSError, ValueError) as exc:
+        fail("--trace", str(exc))
+    check_out_dir(out, "--out")
     modes = ["pooled", "partitioned"] if mode == "both" else [mode]
     rule = GuaranteeRule(mode=guarantee, fraction=guarantee_fraction)  # type: ignore[arg-type]
     opts: dict[str, Any] = {"backend": backend, "time_limit_s": time_limit_s, "predictor": predictor}
@@ -139,15 +180,20 @@ def simulate(
         where = out if len(modes) == 1 else out / m
         if len(modes) > 1:
             typer.echo(f"mode {m}:")
-        summaries[m] = _run_mode(specs, where, trace=trace, pols=pols, seed_list=seed_list,
-                                 epoch_s=epoch_s, workers=workers, opts=opts,
-                                 lucid_dir=lucid_dir, plots=plots, ray=ray, retries=retries)
+        with out_dir(out):
+            summaries[m] = _run_mode(specs, where, trace=trace, pols=pols, seed_list=seed_list,
+                                     epoch_s=epoch_s, workers=workers, opts=opts,
+                                     lucid_dir=lucid_dir, plots=plots, ray=ray, retries=retries)
     if len(modes) > 1:
-        (out / "summary.json").write_text(json.dumps(clean({"modes": summaries}), indent=1))
+        write_atomic(out / "summary.json", json.dumps(clean({"modes": summaries}), indent=1))
         text = side_by_side(summaries)
-        (out / "summary.md").write_text(text)
+        write_atomic(out / "summary.md", text)
         typer.echo(text)
         typer.echo(f"wrote {out / 'summary.json'}")
+
+
+def _positive(value: float, option: str) -> None:
+    require(value > 0 and not math.isinf(value), option, "must be a positive number")
 
 
 def side_by_side(summaries: dict[str, dict[str, Any]]) -> str:
@@ -205,11 +251,11 @@ def _run_mode(specs: list[RunSpec], out: Path, *, trace: str, pols: list[str],
         if ray is not None:
             from optsched.sim.sweep import run_specs
 
-            def fail(spec: RunSpec, err: str) -> None:
+            def failed(spec: RunSpec, err: str) -> None:
                 prog.console.print(f"[red]FAILED[/red] {spec.policy} seed {spec.seed}: {err}")
 
             summary, failures = run_specs(specs, out, ray_address=ray, use_ray=True, retries=retries,
-                                          on_done=done, on_fail=fail)
+                                          on_done=done, on_fail=failed)
         else:
             summary = run_many(specs, out=out, workers=workers, on_done=done)
     cfg = specs[0].config if specs else None
@@ -219,7 +265,7 @@ def _run_mode(specs: list[RunSpec], out: Path, *, trace: str, pols: list[str],
         "events": cfg.events if cfg else None, "mode": cfg.mode if cfg else None,
         "load_scale": cfg.load_scale if cfg else None,
     }
-    (out / "summary.json").write_text(json.dumps(clean(summary), indent=1))
+    write_atomic(out / "summary.json", json.dumps(clean(summary), indent=1))
     table = markdown_table(summary)
     write_report(summary, out / "summary.md")
     typer.echo(f"interference: {summary['interference']}")
@@ -253,11 +299,19 @@ def sweep(
 
     from optsched.sim.sweep import SweepSpec, run_sweep
 
+    check_input_file(spec, "spec")
+    require(workers >= 1, "--workers", "must be >= 1")
+    require(retries >= 0, "--retries", "must be >= 0")
     try:
         study = SweepSpec.load(spec)
     except (OSError, ValueError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        fail("spec", str(exc))
+    for k, tr in enumerate(study.traces):
+        try:
+            check_trace(tr)
+        except (OSError, ValueError) as exc:
+            fail("spec", f"traces.{k}: {exc}")
+    check_out_dir(out, "--out")
     total = len(study.traces) * len(study.settings) * len(study.policies) * len(study.seeds)
     with Progress(TextColumn("{task.description}"), BarColumn(),
                   TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn()) as prog:
@@ -266,13 +320,15 @@ def sweep(
         def done(key: tuple[str, str, RunSpec], m: dict[str, float]) -> None:
             prog.update(task, advance=1, description=f"{key[1]} {key[2].policy} seed {key[2].seed}")
 
-        def fail(key: tuple[str, str, RunSpec], err: str) -> None:
+        def failed(key: tuple[str, str, RunSpec], err: str) -> None:
             prog.update(task, advance=1)
             prog.console.print(
                 f"[red]FAILED[/red] {key[0]} {key[1]} {key[2].policy} seed {key[2].seed}: {err}")
 
-        index, failures = run_sweep(study, out, ray_address=ray, use_ray=ray is not None,
-                                    workers=workers, retries=retries, on_done=done, on_fail=fail)
+        with out_dir(out):
+            index, failures = run_sweep(study, out, ray_address=ray, use_ray=ray is not None,
+                                        workers=workers, retries=retries, on_done=done,
+                                        on_fail=failed)
     for g in index["groups"]:
         typer.echo(f"{g['trace']} / {g['setting']}: {g['runs']}/{g['of']} runs -> {out / g['folder']}")
     typer.echo(f"wrote {out / 'sweep.json'}")

@@ -25,9 +25,14 @@ app = typer.Typer(
 
 
 def _load(config: Path) -> Any:
+    from optsched.cli.common import check_input_file, check_out_file
     from optsched.hosts.config import load_config
 
-    return load_config(config)
+    check_input_file(config, "--config")
+    cfg = load_config(config)
+    if cfg.store != ":memory:":
+        check_out_file(Path(cfg.store), "store")
+    return cfg
 
 
 @app.command("run")
@@ -40,11 +45,17 @@ def run(
     log_level: str = typer.Option("info", "--log-level", help="debug | info | warning"),
 ) -> None:
     """Every epoch: read squeue/sinfo, decide, check, start/preempt jobs, record (store)."""
+    from optsched.cli.common import fail
+
+    if log_level.lower() not in ("debug", "info", "warning", "error"):
+        fail("--log-level", f"unknown level '{log_level}' (debug, info, warning, error)")
+    if interval is not None and not interval > 0:
+        fail("--interval", "must be > 0")
+    cfg = _load(config)
     logging.basicConfig(
         level=getattr(logging, log_level.upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    cfg = _load(config)
     from optsched.hosts.slurm import make_loop
     from optsched.hosts.store import Store
 
@@ -107,16 +118,33 @@ def demo(
     ),
 ) -> None:
     """The same job stream through Slurm's own scheduling and through optsched, side by side."""
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    from optsched.hosts.demo import DemoSpec, run_demo
+    from optsched.cli.common import check_out_dir, fail, out_dir
 
     chosen = [m.strip() for m in modes.split(",") if m.strip()]
     bad = [m for m in chosen if m not in ("slurm", "optsched")]
     if bad or not chosen:
-        from optsched.cli.common import fail
-
         fail("--modes", f"unknown mode(s) {bad or chosen}; use slurm, optsched")
-    text = run_demo(DemoSpec(jobs=jobs, seed=seed, span_s=span_s), out, chosen, cluster_dir)
+    if jobs < 1:
+        fail("--jobs", "must be >= 1")
+    if seed < 0:
+        fail("--seed", "must be >= 0")
+    if not span_s > 0:
+        fail("--span-s", "must be > 0")
+    if cluster_dir is not None:
+        check_out_dir(cluster_dir, "--cluster-dir")
+    check_out_dir(out, "--out")
+    import shutil
+
+    missing = [b for b in ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol")
+               if shutil.which(b) is None]
+    if missing:
+        fail("", f"slurm demo runs a dev Slurm cluster; missing on PATH: {', '.join(missing)} "
+             "(Debian: apt-get install slurmctld slurmd slurm-client munge)")
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from optsched.hosts.demo import DemoSpec, run_demo
+
+    with out_dir(out):
+        text = run_demo(DemoSpec(jobs=jobs, seed=seed, span_s=span_s), out, chosen, cluster_dir)
     typer.echo(text)
 
 

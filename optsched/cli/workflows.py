@@ -14,6 +14,16 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from optsched.cli.common import (
+    check_out_dir,
+    check_out_file,
+    fail,
+    out_dir,
+    parse_floats,
+    parse_ints,
+    require,
+    write_atomic,
+)
 from optsched.workflows.names import ALL_POLICIES, ARRIVALS, SCENARIOS
 
 if TYPE_CHECKING:
@@ -39,16 +49,30 @@ def register(main: typer.Typer) -> None:
     main.add_typer(app, name="workflows")
 
 
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x.strip()]
+def _ints(text: str, option: str = "--seeds") -> list[int]:
+    return parse_ints(text, option)
 
 
-def _names(text: str) -> list[str]:
+def _names(text: str, option: str = "--policies") -> list[str]:
     names = [x.strip() for x in text.split(",") if x.strip()]
     for n in names:
         if n not in ALL_POLICIES:
-            raise typer.BadParameter(f"unknown policy '{n}'; choose from {', '.join(ALL_POLICIES)}")
+            fail(option, f"unknown policy '{n}'; choose from {', '.join(ALL_POLICIES)}")
+    if not names:
+        fail(option, "give at least one policy")
     return names
+
+
+def _traces_dir(traces: Path | None) -> Path:
+    from optsched.sim.paths import require_traces_dir
+
+    try:
+        found = require_traces_dir(traces)
+    except FileNotFoundError as exc:
+        fail("--traces", str(exc))
+    if not found.is_dir():
+        fail("--traces", f"'{found}' is not a folder")
+    return found
 
 
 def _experiment(
@@ -66,27 +90,30 @@ def _experiment(
     window: int,
 ) -> Experiment:
     if scenario not in SCENARIOS:
-        raise typer.BadParameter(f"unknown scenario '{scenario}'; choose from {SCENARIOS}")
+        fail("--scenario", f"unknown scenario '{scenario}'; choose from {', '.join(SCENARIOS)}")
     if arrivals not in ARRIVALS:
-        raise typer.BadParameter(f"unknown arrivals '{arrivals}'; choose from {ARRIVALS}")
+        fail("--arrivals", f"unknown arrivals '{arrivals}'; choose from {', '.join(ARRIVALS)}")
+    require(sessions >= 1, "--sessions", "must be >= 1")
+    require(window_s > 0, "--window-s", "must be > 0")
+    require(load_speedup > 0, "--load-speedup", "must be > 0")
+    require(epoch_s > 0, "--epoch-s", "must be > 0")
+    require(planner_time_s > 0, "--planner-time-s", "must be > 0")
+    require(window >= 1, "--window", "must be >= 1")
+    require(loader in ("safetensors", "sllm"), "--loader", f"unknown loader '{loader}' (safetensors, sllm)")
     if planner_time_s >= epoch_s:
-        raise typer.BadParameter("--planner-time-s must be below --epoch-s")
+        fail("--planner-time-s", "must be below --epoch-s")
+    names, seed_list = _names(policies), _ints(seeds)
     from optsched.workflows.experiment import Experiment
     from optsched.workflows.planner import PlannerConfig
     from optsched.workflows.sim import SimConfig
 
     if arrivals == "azure-code":
-        from optsched.sim.paths import require_traces_dir
-
-        try:
-            traces = require_traces_dir(traces)
-        except FileNotFoundError as exc:
-            raise typer.BadParameter(str(exc)) from None
+        traces = _traces_dir(traces)
     return Experiment(
         scenario=scenario,
         arrivals=arrivals,
-        policies=_names(policies),
-        seeds=_ints(seeds),
+        policies=names,
+        seeds=seed_list,
         sessions=sessions,
         window_s=window_s,
         traces=traces,
@@ -160,6 +187,7 @@ def simulate(
         epoch_s,
         window,
     )
+    check_out_dir(out, "--out")
     with _progress() as prog:
         task = prog.add_task("simulating", total=len(exp.policies) * len(exp.seeds))
         if ray is not None:
@@ -174,7 +202,8 @@ def simulate(
                 raise typer.Exit(1)
         else:
             summary, results = run_experiment(exp, lambda msg: prog.update(task, advance=1, description=msg))
-    paths = write_outputs(summary, results, out)
+    with out_dir(out):
+        paths = write_outputs(summary, results, out)
     _console().print((out / "summary.md").read_text())
     for p in paths:
         _console().print(f"wrote {p}")
@@ -213,13 +242,14 @@ def sweep_load(
         epoch_s,
         window,
     )
-    sp = [float(x) for x in speedups.split(",")]
+    sp = parse_floats(speedups, "--speedups")
+    check_out_dir(out, "--out")
     with _progress() as prog:
         task = prog.add_task("sweep", total=len(sp) * len(exp.policies) * len(exp.seeds))
         sweep = load_sweep(exp, sp, lambda msg: prog.update(task, advance=1, description=msg))
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "load_sweep.json").write_text(json.dumps(sweep, indent=1) + "\n")
-    (out / "load_sweep.md").write_text(sweep_markdown(sweep))
+    with out_dir(out):
+        write_atomic(out / "load_sweep.json", json.dumps(sweep, indent=1) + "\n")
+        write_atomic(out / "load_sweep.md", sweep_markdown(sweep))
     _console().print(sweep_markdown(sweep))
 
 
@@ -239,13 +269,18 @@ def offline(
     from optsched.workflows.workloads import arrivals as make_arrivals
     from optsched.workflows.workloads import make_sessions
 
-    names = _names(policies)
+    if scenario not in SCENARIOS:
+        fail("--scenario", f"unknown scenario '{scenario}'; choose from {', '.join(SCENARIOS)}")
+    require(sessions >= 1, "--sessions", "must be >= 1")
+    require(window_s > 0, "--window-s", "must be > 0")
+    require(time_limit_s > 0, "--time-limit-s", "must be > 0")
+    names, seed_list = _names(policies), _ints(seeds)
     cfg = SimConfig(
         type_sigma=0.0, unit_sigma=0.0, load_sigma=0.0, pool=(("h100", 1), ("a100", 1), ("l40s", 1))
     )
     _console().print("| seed | offline best | offline bound | " + " | ".join(names) + " |")
     _console().print("|---" * (3 + len(names)) + "|")
-    for seed in _ints(seeds):
+    for seed in seed_list:
         ss = make_sessions(scenario, list(make_arrivals("bursty", sessions, window_s, seed)), seed)
         ob = offline_bound(ss, config=cfg, time_limit_s=time_limit_s, seed=seed)
         mks = [Simulator(ss, get_policy(n), name=n, seed=seed, config=cfg).run().makespan_s for n in names]
@@ -269,21 +304,26 @@ def joint(
     lending: str = typer.Option("{}", help="extra pool_lending fields as JSON, e.g. '{\"max_size\": 16}'"),
 ) -> None:
     """Joint serving pool vs fixed split: mini-trace training load plus Azure-code bursts."""
-    from optsched.sim.paths import require_traces_dir
     from optsched.workflows.joint import JointConfig, JointExperiment, joint_markdown, run_joint_experiment
 
-    try:
-        traces = require_traces_dir(traces)
-    except FileNotFoundError as exc:
-        raise typer.BadParameter(str(exc)) from None
     names = _names(policies)
-    base = _names(baselines)
+    base = _names(baselines, "--baselines")
+    seed_list = _ints(seeds)
+    require(sessions >= 1, "--sessions", "must be >= 1")
+    require(window_s > 0, "--window-s", "must be > 0")
+    require(planner_time_s > 0, "--planner-time-s", "must be > 0")
+    require(horizon_s > 0, "--horizon-s", "must be > 0")
+    require(cluster_epoch_s > 0, "--cluster-epoch-s", "must be > 0")
     try:
         extra = json.loads(lending)
     except json.JSONDecodeError as exc:
-        raise typer.BadParameter(f"--lending is not JSON: {exc}") from None
+        fail("--lending", f"not JSON: {exc}")
+    if not isinstance(extra, dict):
+        fail("--lending", "must be a JSON object, e.g. '{\"max_size\": 16}'")
+    check_out_dir(out, "--out")
+    traces = _traces_dir(traces)
     exp = JointExperiment(
-        seeds=tuple(_ints(seeds)),
+        seeds=tuple(seed_list),
         policies=tuple(names),
         baselines=tuple(base),
         sessions=sessions,
@@ -298,9 +338,9 @@ def joint(
     with _progress() as prog:
         task = prog.add_task("simulating", total=n)
         summary = run_joint_experiment(exp, lambda msg: prog.update(task, advance=1, description=msg))
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
-    (out / "summary.md").write_text(joint_markdown(summary))
+    with out_dir(out):
+        write_atomic(out / "summary.json", json.dumps(summary, indent=1, default=str))
+        write_atomic(out / "summary.md", joint_markdown(summary))
     _console().print((out / "summary.md").read_text())
     _console().print(f"wrote {out / 'summary.json'} and {out / 'summary.md'}")
 
@@ -312,11 +352,10 @@ def calibrate(
     seed: int = 0,
 ) -> None:
     """Refit the predictor's coefficient table from the traces and print its held-out card."""
-    from optsched.sim.paths import require_traces_dir
     from optsched.workflows.calibrate import calibrate as fit
-    from optsched.workflows.calibrate import write_table
 
-    table = fit(require_traces_dir(traces), seed=seed)
-    write_table(table, out)
+    check_out_file(out, "--out")
+    table = fit(_traces_dir(traces), seed=seed)
+    write_atomic(out, json.dumps(table, indent=1, sort_keys=True) + "\n")  # as write_table, atomically
     _console().print_json(json.dumps(table["card"]))
     _console().print(f"wrote {out}")

@@ -258,7 +258,9 @@ def read_venus(
             p, "vc_config.csv"
         )
     if vc_config is None:
-        raise FileNotFoundError(f"no vc_config.csv found for '{p}'; pass vc_config=")
+        raise FileNotFoundError(f"no vc_config.csv found for the Venus log '{p}' (looked for "
+                                "lucid_venus/vc_config.csv and vc_config.csv in its folder and "
+                                "the one above)")
     quotas = read_vc_config(vc_config, gpus_per_node)
     if estimates is None:
         estimates = _find_sibling(p, "lucid_venus/Venus_Sept_lgb.csv")
@@ -451,6 +453,56 @@ def read_openb(
 
 # --------------------------------------------------------------------------- dispatch
 MINI_TRACE = "mini"
+VENUS_COLUMNS = ("job_id", "vc", "gpu_num", "submit_time", "duration")
+"""The columns of a Venus job log the reader needs."""
+OPENB_COLUMNS = ("name", "num_gpu", "creation_time")
+"""The columns of an openb pod list the reader needs."""
+
+
+def check_trace(spec: str | Path) -> None:
+    """Check, cheaply and before any replay, that ``spec`` names a trace :func:`load_trace` can
+    read: ``mini``, an openb pod list (``openb_pod_list*``, its node list beside it) or a Venus
+    job log (its ``vc_config.csv`` found); the header must hold the reader's columns.
+
+    Raises
+    ------
+    FileNotFoundError
+        A missing trace, node list or ``vc_config.csv``.
+    ValueError
+        A folder, an unreadable file, or a CSV of neither shape (naming the missing columns).
+    """
+    if str(spec) == MINI_TRACE:
+        return
+    p = Path(spec)
+    if p.is_dir():
+        raise ValueError(f"'{p}' is a folder, not a trace file")
+    if not p.exists():
+        raise FileNotFoundError(f"trace '{p}' does not exist")
+    try:
+        with _open_text(p) as fh:
+            header = next(csv.reader(fh), [])
+    except (OSError, UnicodeDecodeError, EOFError, csv.Error) as exc:
+        raise ValueError(f"cannot read '{p}' as a CSV file: {exc}") from None
+    cols = {c.strip() for c in header}
+    openb = p.name.startswith("openb_pod_list")
+    need = OPENB_COLUMNS if openb else VENUS_COLUMNS
+    missing = [c for c in need if c not in cols]
+    if missing:
+        if openb:
+            raise ValueError(f"'{p}' is not an openb pod list: it lacks the column(s) "
+                             f"{', '.join(missing)}")
+        raise ValueError(
+            f"'{p}' is not a trace optsched reads: a Venus job log needs the column(s) "
+            f"{', '.join(missing)}, an openb pod list is named openb_pod_list*.csv and has "
+            f"{', '.join(OPENB_COLUMNS)}")
+    if openb:
+        nodes = p.parent / "openb_node_list_gpu_node.csv.gz"
+        if not nodes.exists():
+            raise FileNotFoundError(f"no node list '{nodes.name}' beside the openb pod list '{p}'")
+    elif (_find_sibling(p, "lucid_venus/vc_config.csv") or _find_sibling(p, "vc_config.csv")) is None:
+        raise FileNotFoundError(f"no vc_config.csv found for the Venus log '{p}' (looked for "
+                                "lucid_venus/vc_config.csv and vc_config.csv in its folder and "
+                                "the one above)")
 
 
 def mini_trace_path() -> Path:
