@@ -351,10 +351,6 @@ def pod_job(pod: K8sPod) -> str:
 # ---------------------------------------------------------------------------------- plumbing
 
 
-class _BodyTooLarge(Exception):
-    pass
-
-
 def _loc(loc: tuple[Any, ...] | list[Any]) -> str:
     """A request-validation location as a field path, without FastAPI's ``body``/``path``
     prefix (the engine's own :func:`~optsched.engine.state.error_path` does the rest)."""
@@ -393,8 +389,33 @@ class _Metrics:
         )
 
 
+def _is_json(content_type: str | None) -> bool:
+    """``application/json`` or a ``+json`` type, parameters and case aside."""
+    if content_type is None:
+        return False
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
+def _bearer_ok(authorization: str | None, token: str) -> bool:
+    """Whether ``Authorization`` carries ``token`` in the Bearer scheme (the scheme's name is
+    case-insensitive, RFC 7235 §2.1; the credentials are compared in constant time)."""
+    scheme, _, credentials = (authorization or "").strip().partition(" ")
+    good = hmac.compare_digest(credentials.strip().encode(), token.encode())
+    return scheme.lower() == "bearer" and good
+
+
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+"""Methods whose routes read a JSON body (every such route of the service does)."""
+
+
 class _Guard:
-    """Outer ASGI layer: bearer token, body limit, in-flight gauge and request counter."""
+    """Outer ASGI layer: bearer token (401), media type (415), body limit (413), in-flight gauge
+    and request counter.
+
+    The body is read here, counted while it streams in (``Content-Length`` or chunked alike),
+    and handed to the routes only when it is within the limit: a route never sees a body over
+    the limit, so every route answers 413, never a parse error."""
 
     def __init__(self, app: ASGIApp, service: Service) -> None:
         self.app = app
@@ -416,37 +437,69 @@ class _Guard:
         m.in_flight.inc()
         try:
             early = self._refuse(scope, cfg)
+            if early is None and scope.get("method") in BODY_METHODS:
+                body, early = await self._read_body(receive, cfg.max_body_bytes)
+                if early is None:
+                    receive = _replay(body, receive)
             if early is not None:
                 await early(scope, receive, send_)
                 return
-            seen = 0
-
-            async def receive_() -> Message:
-                nonlocal seen
-                message = await receive()
-                if message["type"] == "http.request":
-                    seen += len(message.get("body", b""))
-                    if seen > cfg.max_body_bytes:
-                        raise _BodyTooLarge
-                return message
-
-            await self.app(scope, receive_, send_)
+            await self.app(scope, receive, send_)
         finally:
             m.in_flight.dec()
             route = scope.get("route")
             name = getattr(route, "path", None) or "unmatched"
             m.requests.labels(name, scope.get("method", ""), str(status["code"])).inc()
 
+    @staticmethod
+    async def _read_body(receive: Receive, limit: int) -> tuple[bytes, JSONResponse | None]:
+        """The whole body, or a 413 as soon as more than ``limit`` bytes came in."""
+        chunks: list[bytes] = []
+        seen = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                break
+            chunk = message.get("body", b"")
+            seen += len(chunk)
+            if seen > limit:
+                return b"", _error(413, f"request body over {limit} bytes")
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        return b"".join(chunks), None
+
     def _refuse(self, scope: Scope, cfg: ServiceConfig) -> JSONResponse | None:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-        if cfg.token is not None and scope.get("path") != "/healthz":
-            given = headers.get("authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {cfg.token}".encode()):
-                return _error(401, "missing or wrong bearer token", {"WWW-Authenticate": "Bearer"})
+        public = scope.get("path") == "/healthz"
+        if cfg.token is not None and not public and not _bearer_ok(headers.get("authorization"), cfg.token):
+            return _error(401, "missing or wrong bearer token", {"WWW-Authenticate": "Bearer"})
+        if scope.get("method") in BODY_METHODS and not _is_json(headers.get("content-type")):
+            given = headers.get("content-type")
+            return _error(
+                415,
+                f"content type {given!r} is not JSON: send Content-Type: application/json"
+                if given is not None
+                else "no Content-Type: send Content-Type: application/json",
+            )
         length = headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > cfg.max_body_bytes:
             return _error(413, f"request body over {cfg.max_body_bytes} bytes")
         return None
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that yields ``body`` once, then what the client sends next (a disconnect)."""
+    sent = False
+
+    async def receive_() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return receive_
 
 
 async def _acquire(lock: asyncio.Lock, timeout: float) -> bool:
@@ -731,7 +784,7 @@ def _entry(cluster: str, job: str, epoch: int, d: dict[str, Any]) -> JobEntry | 
 # ---------------------------------------------------------------------------------- the app
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
-    c: {"model": ErrorBody} for c in (400, 401, 404, 413, 422, 500, 503, 504)
+    c: {"model": ErrorBody} for c in (400, 401, 404, 413, 415, 422, 500, 503, 504)
 }
 
 
@@ -757,10 +810,6 @@ def create_app(config: ServiceConfig, executor: concurrent.futures.Executor | No
     )
     app.state.service = svc
     app.add_middleware(_Guard, service=svc)
-
-    @app.exception_handler(_BodyTooLarge)
-    async def _too_large(request: Request, exc: _BodyTooLarge) -> JSONResponse:
-        return _error(413, f"request body over {config.max_body_bytes} bytes")
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

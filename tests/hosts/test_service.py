@@ -143,6 +143,39 @@ def test_bearer_token(pool: concurrent.futures.Executor, tmp_path: Path) -> None
         assert c.get("/metrics", headers={"Authorization": "Bearer wrong"}).status_code == 401
         ok = c.post("/v1/clusters/c/epochs", json=_tiny(), headers={"Authorization": "Bearer s3cret"})
         assert ok.status_code == 200
+        # the scheme's name is case-insensitive (RFC 7235 2.1); the token is not
+        for scheme in ("bearer", "BEARER", "beArer"):
+            r = c.get("/v1/clusters/c/decision", headers={"Authorization": f"{scheme} s3cret"})
+            assert r.status_code == 200, scheme
+        for wrong in ("bearer S3CRET", "Basic s3cret", "s3cret", "Bearer", "Bearers3cret"):
+            assert c.get("/metrics", headers={"Authorization": wrong}).status_code == 401, wrong
+
+
+def test_json_routes_answer_415_to_other_media_types(
+    pool: concurrent.futures.Executor, tmp_path: Path
+) -> None:
+    body = json.dumps(_tiny()).encode()
+    args = json.dumps(_json("extender_filter_args.json")).encode()
+    with _client(pool, tmp_path) as c:
+        for route, content in (("/v1/clusters/c/epochs", body), ("/v1/clusters/c/extender/filter", args)):
+            for ctype in ("text/plain", "application/x-www-form-urlencoded",
+                          "multipart/form-data; boundary=x", "application/jsonx", "text/json"):
+                r = c.post(route, content=content, headers={"Content-Type": ctype})
+                assert r.status_code == 415, (route, ctype)
+                assert r.json()["error"] == (
+                    f"content type '{ctype}' is not JSON: send Content-Type: application/json"
+                )
+            r = c.post(route, content=content, headers={"Content-Type": ""})
+            assert r.status_code == 415
+            # httpx sets no Content-Type for raw bytes
+            r = c.post(route, content=content)
+            assert r.status_code == 415
+            assert r.json()["error"] == "no Content-Type: send Content-Type: application/json"
+        assert c.get("/v1/clusters/c/decision").status_code == 404  # nothing was decided
+        for ctype in ("application/json", "Application/JSON; charset=utf-8", "application/vnd.optsched+json"):
+            r = c.post("/v1/clusters/c/epochs", content=body, headers={"Content-Type": ctype})
+            assert r.status_code == 200, ctype
+        assert c.get("/healthz").status_code == 200  # a GET needs no content type
 
 
 def test_body_limit(pool: concurrent.futures.Executor, tmp_path: Path) -> None:
@@ -159,6 +192,23 @@ def test_body_limit(pool: concurrent.futures.Executor, tmp_path: Path) -> None:
         r = c.post("/v1/clusters/c/epochs", content=chunks(), headers={"Content-Type": "application/json"})
         assert r.status_code == 413
         assert c.get("/v1/clusters/c/decision").status_code == 404  # nothing was recorded
+
+        # every route: an extender verb too, with or without Content-Length, is 413 (never 400)
+        args = _json("extender_filter_args.json")
+        args["Pod"]["metadata"]["annotations"] = {"pad": "x" * 4096}
+        raw = json.dumps(args).encode()
+        for route in ("filter", "prioritize", "preempt"):
+            r = c.post(f"/v1/clusters/c/extender/{route}", content=iter([raw[:1500], raw[1500:]]),
+                       headers={"Content-Type": "application/json"})
+            assert r.status_code == 413 and r.json()["error"] == "request body over 2048 bytes", route
+            r = c.post(f"/v1/clusters/c/extender/{route}", content=raw,
+                       headers={"Content-Type": "application/json"})
+            assert r.status_code == 413, route
+        small = json.dumps(_json("extender_filter_args.json")).encode()
+        assert len(small) <= 2048
+        r = c.post("/v1/clusters/c/extender/filter", content=iter([small[:100], small[100:]]),
+                   headers={"Content-Type": "application/json"})
+        assert r.status_code == 200  # a chunked body within the limit reaches the route whole
 
 
 def test_malformed_requests_name_the_field(pool: concurrent.futures.Executor, tmp_path: Path) -> None:
