@@ -15,12 +15,18 @@ every host:
 4. **record the intent**: the epoch (snapshot hash, decision, assurance state) is stored
    *before* anything is done, so a crash while applying loses no decision;
 5. **apply**: the host carries out preemptions, starts and loans, reporting each action
-   (job, action, outcome, reason) as it goes; each lands in the store at once;
+   (job, action, outcome, reason) as it goes; each lands in the store at once. Before an
+   action that changes the cluster the host reports it ``pending``: that intent row is
+   committed before the host acts, and the action's outcome later fills in the same row;
 6. **record the outcome**: which running jobs run on loan (``meta['on_loan']``) is updated
    from the actions that succeeded.
 
 Everything a restart needs is in the store, so a new loop on the same store continues where
-the last one stopped and does not flip the previous decision.
+the last one stopped and does not flip the previous decision. An intent still ``pending`` when
+the next epoch starts was interrupted (the host died between acting and recording): the next
+epoch reconciles it against its fresh read (:meth:`HostLoop.reconcile`): a start whose job
+runs is ``ok`` (and, when its decision started it on loan, the job stays on loan), a preempt
+whose job no longer runs is ``ok``; otherwise ``skipped`` / ``failed``.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from optsched.hosts.store import Store
+from optsched.hosts.store import PENDING, ActionRecord, Store
 
 if TYPE_CHECKING:
     from optsched import Decision, Snapshot, SolveParams
@@ -71,6 +77,9 @@ class History:
     on_loan: dict[str, bool]
     last_decision: dict[str, Any] | None
     """The last decision that was applied (not a refused one)."""
+    pending: list[tuple[int, ActionRecord]] = field(default_factory=list)
+    """Intents an earlier epoch recorded and never finished (``(row id, action)``): the host
+    was interrupted while acting. :meth:`HostLoop.reconcile` settles them."""
 
 
 Report = Callable[[Action], None]
@@ -146,13 +155,51 @@ class HostLoop:
         cluster = self.host.cluster
         recs = self.store.epochs(cluster, limit=50)
         last_applied = next((r.decision for r in recs if r.status != "refused"), None)
-        on_loan = self.store.get_meta(cluster, ON_LOAN_KEY) or {}
+        on_loan = {str(k): bool(v) for k, v in (self.store.get_meta(cluster, ON_LOAN_KEY) or {}).items()}
+        pending = self.store.pending_actions(cluster)
+        decided = {r.seq: r.decision for r in recs}
+        for _, a in pending:
+            # a start interrupted before its outcome: on loan if its decision said so (the
+            # snapshot applies it only should the job be running)
+            starts = decided.get(a.seq, {}).get("start", [])
+            if a.action == "start" and any(s.get("job") == a.job and s.get("on_loan") for s in starts):
+                on_loan[a.job] = True
         return History(
             seq=recs[0].seq if recs else 0,
             assurance_state=recs[0].assurance_state or None if recs else None,
-            on_loan={str(k): bool(v) for k, v in on_loan.items()},
+            on_loan=on_loan,
             last_decision=last_applied,
+            pending=pending,
         )
+
+    def reconcile(self, hist: History, snapshot: Snapshot) -> list[Action]:
+        """Settle the intents an interrupted epoch left ``pending``, against ``snapshot`` (the
+        cluster as read now): a start whose job runs is ``ok``, else ``skipped``; a preempt
+        whose job no longer runs is ``ok``, else ``failed``. The started jobs their decision put
+        on loan are recorded on loan at once. Returns the settled actions."""
+        if not hist.pending:
+            return []
+        running = {j.id for j in snapshot.jobs if j.state == "running"}
+        settled: list[Action] = []
+        for rowid, a in hist.pending:
+            if a.action == "start":
+                outcome, seen = ("ok", "running") if a.job in running else ("skipped", "not running")
+            elif a.action == "preempt":
+                outcome, seen = ("ok", "not running") if a.job not in running else ("failed", "still running")
+            else:
+                outcome, seen = "skipped", "outcome unknown"
+            why = (f"{a.reason}; interrupted before its outcome was recorded: {seen} "
+                   f"at epoch {hist.seq + 1}'s read")
+            self.store.finish_action(rowid, outcome, why)
+            settled.append(Action(a.job, a.action, outcome, why))
+            log.warning("epoch %d: %s %s was interrupted; reconciled: %s (%s)",
+                        a.seq, a.action, a.job, outcome, seen)
+        on_loan = {str(k): True for k in (self.store.get_meta(self.host.cluster, ON_LOAN_KEY) or {})}
+        for done in settled:
+            if done.action == "start" and done.outcome == "ok" and hist.on_loan.get(done.job):
+                on_loan[done.job] = True
+        self.store.set_meta(self.host.cluster, ON_LOAN_KEY, {k: True for k in sorted(on_loan)})
+        return settled
 
     # ------------------------------------------------------------------ one epoch
     def decide(self, snapshot: Snapshot) -> Decision:
@@ -169,6 +216,7 @@ class HostLoop:
         cluster = self.host.cluster
         hist = self.history()
         snap = self.host.snapshot(hist)
+        self.reconcile(hist, snap)
         deferred: list[Action] = []
         for round_ in range(MAX_REDECIDE + 1):
             decision = self.decide(snap)
@@ -217,10 +265,19 @@ class HostLoop:
             len(decision.queue),
         )
         actions: list[Action] = []
+        intents: dict[tuple[str, str], int] = {}
 
         def report(a: Action) -> None:
+            if a.outcome == PENDING:  # the intent, committed before the host acts
+                intents[(a.job, a.action)] = self.store.begin_action(cluster, seq, a.row())
+                log.debug("epoch %d: %s %s: intent recorded (%s)", seq, a.action, a.job, a.reason)
+                return
             actions.append(a)
-            self.store.record_actions(cluster, seq, [a.row()])
+            rowid = intents.pop((a.job, a.action), None)
+            if rowid is None:
+                self.store.record_actions(cluster, seq, [a.row()])
+            else:
+                self.store.finish_action(rowid, a.outcome, a.reason)
             level = logging.INFO if a.outcome == "ok" else logging.WARNING
             log.log(level, "epoch %d: %s %s: %s (%s)", seq, a.action, a.job, a.outcome, a.reason)
 

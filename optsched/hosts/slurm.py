@@ -395,6 +395,7 @@ class SlurmHost:
             if old.allocation and sorted({r.node for r in old.allocation}) != sorted(set(sj.nodes)):
                 report(Action(p.job, "preempt", "skipped", f"{why}; job moved to {','.join(sj.nodes)}"))
                 continue
+            report(Action(p.job, "preempt", "pending", why))  # the intent, stored before acting
             try:
                 self.slurm.requeue_hold(_id(p.job))
             except SlurmError as exc:
@@ -470,6 +471,7 @@ class SlurmHost:
             if short:
                 report(Action(s.job, "start", "skipped", f"{why}; no capacity: {', '.join(short)}"))
                 continue
+            report(Action(s.job, "start", "pending", why))  # the intent, stored before acting
             try:
                 self.slurm.start(_id(s.job), list(nodes), confirm_s=None)
             except SlurmError as exc:

@@ -2,8 +2,11 @@
 
 One database file holds, per cluster id, every epoch a host decided (the snapshot's hash, the
 decision, the assurance state to feed back, when), and every action the host carried out with
-its reason. A host that restarts reads its last assurance state and decision from here, so the
-next epoch continues where the last one ended and decisions do not flip.
+its reason. An action that changes the cluster is written as an intent (outcome ``pending``,
+committed) *before* the host acts, and its outcome is filled in after, so a host killed
+between acting and recording leaves a row to reconcile, never nothing. A host that restarts
+reads its last assurance state and decision from here, so the next epoch continues where the
+last one ended and decisions do not flip.
 
 Writes are transactions (an epoch and its actions land together or not at all); the database
 runs in WAL mode so a reader (the HTTP service's ``GET``) never blocks the writer.
@@ -58,6 +61,10 @@ CREATE TABLE IF NOT EXISTS meta (
     PRIMARY KEY (cluster, key)
 );
 """
+
+
+PENDING = "pending"
+"""The outcome of an action whose intent is recorded and whose outcome is not (yet)."""
 
 
 @dataclass(frozen=True)
@@ -184,6 +191,38 @@ class Store:
                 "INSERT INTO actions VALUES (?, ?, ?, ?, ?, ?, ?)",
                 [(cluster, seq, job, act, out, why, wall) for job, act, out, why in actions],
             )
+
+    def begin_action(self, cluster: str, seq: int, row: tuple[str, str, str, str]) -> int:
+        """Record the intent of an action before the host carries it out (committed at once):
+        ``row`` is ``(job, action, "pending", reason)``. Returns the row's id, for
+        :meth:`finish_action`. A row still pending at the next epoch was interrupted (the host
+        died while acting) and is reconciled against what the cluster shows then."""
+        job, act, outcome, why = row
+        with self._tx() as db:
+            cur = db.execute(
+                "INSERT INTO actions VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (cluster, seq, job, act, outcome, why, time.time()),
+            )
+            rowid = cur.lastrowid
+        assert rowid is not None
+        return int(rowid)
+
+    def finish_action(self, rowid: int, outcome: str, reason: str) -> None:
+        """Set the outcome and reason of an action recorded by :meth:`begin_action`."""
+        with self._tx() as db:
+            db.execute(
+                "UPDATE actions SET outcome = ?, reason = ?, wall = ? WHERE rowid = ?",
+                (outcome, reason, time.time(), rowid),
+            )
+
+    def pending_actions(self, cluster: str) -> list[tuple[int, ActionRecord]]:
+        """``(row id, action)`` of every intent of ``cluster`` with no outcome yet, oldest first."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT rowid, * FROM actions WHERE cluster = ? AND outcome = ? ORDER BY rowid",
+                (cluster, PENDING),
+            ).fetchall()
+        return [(int(r[0]), ActionRecord(*r[1:])) for r in rows]
 
     def latest(self, cluster: str) -> EpochRecord | None:
         """The last decided epoch of ``cluster`` (``None`` before the first)."""

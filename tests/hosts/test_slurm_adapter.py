@@ -474,3 +474,118 @@ def test_publishing_reasons_writes_only_changes_and_survives_a_failing_scontrol(
     off.last_obs = obs
     off.publish_reasons(Decision(now=0, status="feasible", solver={"backend": "x", "seconds": 0}), reasons)
     assert written == []
+
+
+class _Killed(BaseException):
+    """The adapter dies (SIGKILL) right after Slurm carried an action out."""
+
+
+class _FakeSlurm:
+    """A two-node A100 cluster that does what scontrol is told; ``kill_after_start`` makes the
+    adapter die right after the named job was released (its start done in Slurm)."""
+
+    def __init__(self, pending: dict[int, int]) -> None:
+        from optsched.hosts.slurmcli import GresAlloc
+
+        self.state: dict[int, tuple[str, tuple[GresAlloc, ...]]] = {j: ("PENDING", ()) for j in pending}
+        self.gpus = dict(pending)
+        self.used: dict[str, list[int]] = {"n1": [], "n2": []}
+        self.kill_after_start: int | None = None
+
+    def jobs(self) -> list[Any]:
+        from optsched.hosts.slurmcli import SlurmJob
+
+        out = []
+        for j, (state, alloc) in sorted(self.state.items()):
+            out.append(SlurmJob(
+                job_id=j, name=f"j{j}", account="beta", partition="a", user="u", state=state,
+                reason="JobHeldUser" if state == "PENDING" else "None",
+                priority=0 if state == "PENDING" else 1, num_nodes=1,
+                nodes=tuple(a.node for a in alloc), required_nodes=(), gpus_per_node=0,
+                gpus_per_job=self.gpus[j], gpu_type="a100", gpu_alloc=alloc, submit_time=100.0,
+                start_time=150.0 if alloc else None, end_time=None, time_limit_min=None,
+                restart_count=0, comment="", admin_comment="", system_comment="", exit_code=None,
+            ))
+        return out
+
+    def nodes(self) -> list[Any]:
+        from optsched.hosts.slurmcli import GresSpec, SlurmNode
+
+        return [
+            SlurmNode(n, "mixed" if used else "idle", (), ("a",), 64, 8 * bool(used),
+                      (GresSpec("gpu", "a100", 8),), (GresSpec("gpu", "a100", len(used), tuple(used)),), "")
+            for n, used in sorted(self.used.items())
+        ]
+
+    def start(self, job_id: int, nodes: list[str], *, confirm_s: float | None = None) -> None:
+        from optsched.hosts.slurmcli import GresAlloc
+
+        (node,) = nodes
+        idx = [i for i in range(8) if i not in self.used[node]][: self.gpus[job_id]]
+        self.used[node] += idx
+        self.state[job_id] = ("RUNNING", (GresAlloc(node, "a100", len(idx), tuple(idx)),))
+        if job_id == self.kill_after_start:
+            raise _Killed
+
+    def hold(self, job_id: int) -> None:
+        pass
+
+    def requeue_hold(self, job_id: int) -> None:  # pragma: no cover - no preemption here
+        raise AssertionError("no preemption expected")
+
+    def set_admin_comment(self, job_id: int, text: str) -> None:
+        pass
+
+
+def test_a_start_is_recorded_before_slurm_acts_and_reconciled_after_a_kill(tmp_path: Path) -> None:
+    """Killed right after Slurm released a job, the adapter has already committed the start's
+    intent; the restarted adapter reconciles it from its fresh read: the start is ``ok`` and the
+    job, started on loan, stays on loan (the next snapshot says so)."""
+    db = str(tmp_path / "adapter.db")
+    cfg = _cfg(db)
+    slurm = _FakeSlurm({3: 8, 4: 8})  # beta (quota 8 A100) asks 16: one in quota, one on loan
+    store = Store(db)
+    loop = HostLoop(SlurmHost(cfg, store, slurm, sleep=lambda s: None), store)  # type: ignore[arg-type]
+    snap = loop.host.snapshot(loop.history())
+    decision = loop.decide(snap)
+    loaned = next(s.job for s in decision.start if s.on_loan)
+    slurm.kill_after_start = int(loaned)
+    with pytest.raises(_Killed):
+        loop.step()
+    store.close()
+
+    store = Store(db)  # the restart
+    rows = store.actions("test", job=loaned)
+    assert [(a.action, a.outcome) for a in rows] == [("start", "pending")]
+    assert rows[0].reason.startswith("on loan on n")
+    loop = HostLoop(SlurmHost(cfg, store, slurm, sleep=lambda s: None), store)  # type: ignore[arg-type]
+    r = loop.step()
+    assert not r.refused
+    (row,) = store.actions("test", job=loaned)
+    assert (row.seq, row.action, row.outcome) == (1, "start", "ok")
+    said = "interrupted before its outcome was recorded: running at epoch 2's read"
+    assert row.reason == f"{rows[0].reason}; {said}"
+    assert store.pending_actions("test") == []
+    assert store.get_meta("test", "on_loan") == {loaned: True}
+    job = next(j for j in r.snapshot.jobs if j.id == loaned)
+    assert job.state == "running" and job.on_loan is True
+
+
+def test_an_intent_without_its_job_running_is_reconciled_as_skipped(tmp_path: Path) -> None:
+    """A start whose intent was stored but whose job does not run at the next read (the adapter
+    died before Slurm acted): ``skipped``, and the job is not counted on loan."""
+    db = str(tmp_path / "adapter.db")
+    slurm = _FakeSlurm({3: 8})
+    store = Store(db)
+    store.record_epoch("test", "{}", {"now": 1.0, "status": "optimal", "assurance_state": {},
+                                      "start": [{"job": "3", "on_loan": True}]})
+    rowid = store.begin_action("test", 1, ("3", "start", "pending", "on loan on n1:8"))
+    slurm.used["n1"] = list(range(8))  # someone else holds n1; job 3 still pending
+    loop = HostLoop(SlurmHost(_cfg(db), store, slurm, sleep=lambda s: None), store)  # type: ignore[arg-type]
+    hist = loop.history()
+    assert [i for i, _ in hist.pending] == [rowid] and hist.on_loan == {"3": True}
+    settled = loop.reconcile(hist, loop.host.snapshot(hist))
+    assert [(a.job, a.outcome) for a in settled] == [("3", "skipped")]
+    (row,) = store.actions("test", job="3")
+    assert row.outcome == "skipped" and "not running at epoch 2's read" in row.reason
+    assert store.get_meta("test", "on_loan") == {}

@@ -50,3 +50,21 @@ def test_a_failed_transaction_leaves_nothing(tmp_path: Path) -> None:
     else:  # pragma: no cover - the malformed row must fail
         raise AssertionError("a malformed action row was accepted")
     assert s.latest("c") is None and s.actions("c") == []
+
+
+def test_an_intent_is_committed_before_its_outcome(tmp_path: Path) -> None:
+    db = tmp_path / "x.db"
+    s = Store(db)
+    seq = s.record_epoch("c", "{}", _decision(1.0, 1.0))
+    rowid = s.begin_action("c", seq, ("j1", "start", "pending", "in quota on n1:2"))
+    s.record_actions("c", seq, [("j0", "loan", "ok", "a lends 2")])
+    s.close()  # what a kill leaves: the intent, committed
+    s = Store(db)
+    assert [(i, a.job, a.outcome) for i, a in s.pending_actions("c")] == [(rowid, "j1", "pending")]
+    assert s.pending_actions("other") == []
+    s.finish_action(rowid, "ok", "in quota on n1:2; running")
+    assert s.pending_actions("c") == []
+    assert [(a.job, a.outcome, a.reason) for a in s.actions("c")] == [
+        ("j1", "ok", "in quota on n1:2; running"),
+        ("j0", "ok", "a lends 2"),
+    ]
