@@ -42,10 +42,13 @@ BEFORE = ["d", "f", "x.csv"]
     ("args", "message"),
     [
         (["solve", SNAP, "-o", "d"], "error: --out: 'd' is a folder, not a file"),
-        (["solve", SNAP, "-o", "f/decision.json"], "error: --out: cannot create 'f/decision.json': 'f' is a file"),
+        (["solve", SNAP, "-o", "f/decision.json"],
+         "error: --out: cannot create 'f/decision.json': 'f' is a file"),
         (["solve", "d"], "error: snapshot: cannot read 'd': it is a folder, not a file"),
-        (["simulate", "--trace", "nosuch.csv", "--out", "out"], "error: --trace: trace 'nosuch.csv' does not exist"),
-        (["simulate", "--trace", "mini", "--seeds", "x", "--out", "out"], "error: --seeds: 'x' is not an integer"),
+        (["simulate", "--trace", "nosuch.csv", "--out", "out"],
+         "error: --trace: trace 'nosuch.csv' does not exist"),
+        (["simulate", "--trace", "mini", "--seeds", "x", "--out", "out"],
+         "error: --seeds: 'x' is not an integer"),
         (["simulate", "--trace", "mini", "--out", "f"], "error: --out: 'f' is a file, not a folder"),
         (["simulate", "--trace", "x.csv", "--out", "out"],
          "error: --trace: 'x.csv' is not a trace optsched reads: a Venus job log needs the column(s) "
@@ -101,7 +104,8 @@ def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
         (["simulate", "--trace", "mini", "--backend", "gurobi", "--out", "out"], "--backend"),
         (["simulate", "--trace", "mini", "--predictor", "x", "--out", "out"], "--predictor"),
         (["simulate", "--trace", "mini", "--policies", "nope", "--out", "out"], "--policies"),
-        (["simulate", "--trace", "mini", "--guarantee-fraction", "2", "--out", "out"], "--guarantee-fraction"),
+        (["simulate", "--trace", "mini", "--guarantee-fraction", "2", "--out", "out"],
+         "--guarantee-fraction"),
         (["simulate", "--trace", "mini", "--lucid-dir", "f", "--out", "out"], "--lucid-dir"),
         (["simulate", "--trace", "mini", "--lucid-dir", "d", "--out", "out"], "--lucid-dir"),
         (["simulate", "--trace", "mini", "--out", "f/sub"], "--out"),
@@ -114,7 +118,8 @@ def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
         (["workflows", "simulate", "--seeds", "x", "--out", "out"], "--seeds"),
         (["workflows", "simulate", "--arrivals", "bursty", "--out", "f"], "--out"),
         (["workflows", "simulate", "--policies", "nope", "--out", "out"], "--policies"),
-        (["workflows", "sweep-load", "--arrivals", "bursty", "--speedups", "1,x", "--out", "out"], "--speedups"),
+        (["workflows", "sweep-load", "--arrivals", "bursty", "--speedups", "1,x", "--out", "out"],
+         "--speedups"),
         (["workflows", "offline", "--seeds", "1,y"], "--seeds"),
         (["workflows", "joint", "--lending", "[1]", "--out", "out"], "--lending"),
         (["workflows", "calibrate", "--out", "d"], "--out"),
@@ -139,6 +144,28 @@ def test_every_command_checks_paths_and_options_first(
     assert listing(work) == BEFORE
 
 
+@pytest.mark.parametrize(
+    ("preset", "message"),
+    [
+        ('backend = "nope"\n', "backend: unknown backend 'nope'"),
+        ('time_limit_s = "x"\n', "time_limit_s: a number of seconds > 0, got 'x'"),
+        ("time_limit_s = 0\n", "time_limit_s: a number of seconds > 0, got 0"),
+        ("seed = -1\n", "seed: an integer >= 0, got -1"),
+        ("num_workers = 0\n", "num_workers: an integer >= 1, got 0"),
+        ("not toml", "--solver-config: "),
+    ],
+)
+def test_a_bad_solver_preset_is_refused_before_solving(
+    work: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+    preset: str, message: str
+) -> None:
+    monkeypatch.chdir(work)
+    (work / "p.toml").write_text(preset)
+    code, err = run(["solve", SNAP, "--solver-config", "p.toml", "-o", "o.json"], capsys)
+    assert code == 2 and err.startswith("error: --solver-config: ") and message in err, err
+    assert not (work / "o.json").exists()
+
+
 def test_a_failed_replay_leaves_no_out_folder_it_created(
     work: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -150,5 +177,8 @@ def test_a_failed_replay_leaves_no_out_folder_it_created(
     assert main(["simulate", "--trace", "empty.csv", "--policies", "fifo", "--out", "out"]) == 1
     assert "no jobs" in capsys.readouterr().err
     assert not (work / "out").exists()
+    assert main(["simulate", "--trace", "empty.csv", "--policies", "fifo", "--mode", "both",
+                 "--out", "both"]) == 1
+    assert not (work / "both").exists()
     assert main(["simulate", "--trace", "empty.csv", "--policies", "fifo", "--out", "d"]) == 1
     assert (work / "d").is_dir()

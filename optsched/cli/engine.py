@@ -69,6 +69,7 @@ def solve(
             fail("--solver-config", f"no such file '{solver_config}'")
         except ValueError as exc:
             fail("--solver-config", str(exc))
+        _check_preset(params, solver_config)
     else:
         params = resolve_params(snap, None)
     changes: dict[str, Any] = {}
@@ -99,6 +100,26 @@ def solve(
         parts = int(partitions)
     decision = solve_epoch(state, params=params, predictor=pred, partitions=parts)
     emit(decision.model_dump_json(indent=1, exclude_none=True), out)
+
+
+def _check_preset(params: Any, path: Path) -> None:
+    """A preset's values have the types and ranges ``SolveParams`` needs (exit 2 naming the key)."""
+    import math
+
+    from optsched.engine.backends import BACKENDS
+
+    where = f"--solver-config: {path}"
+    if not isinstance(params.backend, str) or (params.backend != "auto" and params.backend not in BACKENDS):
+        fail(where, f"backend: unknown backend {params.backend!r} (auto, {', '.join(BACKENDS)})")
+    t = params.time_limit_s
+    if isinstance(t, bool) or not isinstance(t, int | float) or not t > 0 or math.isinf(t):
+        fail(where, f"time_limit_s: a number of seconds > 0, got {t!r}")
+    for key, low in (("seed", 0), ("num_workers", 1)):
+        v = getattr(params, key)
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            fail(where, f"{key}: an integer >= {low}, got {v!r}")
+    if not isinstance(params.extra, dict):
+        fail(where, f"extra: a table, got {params.extra!r}")
 
 
 def _snapshot_and_decision(snapshot: str, decision: str) -> tuple[ClusterState, Decision]:

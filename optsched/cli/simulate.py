@@ -165,31 +165,31 @@ def simulate(
     if reserve_min_gpus is not None:
         opts["reserve_min_gpus"] = reserve_min_gpus
     summaries: dict[str, dict[str, Any]] = {}
-    for m in modes:
-        cfg = SimConfig(epoch_s=epoch_s, trigger=trigger, min_gap_s=min_gap_s,
-                        checkpoint_s=checkpoint_s, restart_overhead_s=restart_overhead_s,
-                        oracle_runtime=oracle_runtime, events=events, mode=m,
-                        load_scale=load_scale)
-        specs = [
-            RunSpec(trace=trace, policy=p, seed=s, config=cfg,
-                    policy_options=opts if p == "optsched" else {}, qos_delay_s=qos_delay_s,
-                    guarantee=rule, max_jobs=max_jobs,
-                    lucid_dir=str(lucid_dir) if lucid_dir is not None else None)
-            for p in pols for s in seed_list
-        ]
-        where = out if len(modes) == 1 else out / m
-        if len(modes) > 1:
-            typer.echo(f"mode {m}:")
-        with out_dir(out):
+    with out_dir(out):  # removed again should the run fail, when this command created it
+        for m in modes:
+            cfg = SimConfig(epoch_s=epoch_s, trigger=trigger, min_gap_s=min_gap_s,
+                            checkpoint_s=checkpoint_s, restart_overhead_s=restart_overhead_s,
+                            oracle_runtime=oracle_runtime, events=events, mode=m,
+                            load_scale=load_scale)
+            specs = [
+                RunSpec(trace=trace, policy=p, seed=s, config=cfg,
+                        policy_options=opts if p == "optsched" else {}, qos_delay_s=qos_delay_s,
+                        guarantee=rule, max_jobs=max_jobs,
+                        lucid_dir=str(lucid_dir) if lucid_dir is not None else None)
+                for p in pols for s in seed_list
+            ]
+            where = out if len(modes) == 1 else out / m
+            if len(modes) > 1:
+                typer.echo(f"mode {m}:")
             summaries[m] = _run_mode(specs, where, trace=trace, pols=pols, seed_list=seed_list,
                                      epoch_s=epoch_s, workers=workers, opts=opts,
                                      lucid_dir=lucid_dir, plots=plots, ray=ray, retries=retries)
-    if len(modes) > 1:
-        write_atomic(out / "summary.json", json.dumps(clean({"modes": summaries}), indent=1))
-        text = side_by_side(summaries)
-        write_atomic(out / "summary.md", text)
-        typer.echo(text)
-        typer.echo(f"wrote {out / 'summary.json'}")
+        if len(modes) > 1:
+            write_atomic(out / "summary.json", json.dumps(clean({"modes": summaries}), indent=1))
+            text = side_by_side(summaries)
+            write_atomic(out / "summary.md", text)
+            typer.echo(text)
+            typer.echo(f"wrote {out / 'summary.json'}")
 
 
 def _positive(value: float, option: str) -> None:
