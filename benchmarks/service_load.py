@@ -28,7 +28,7 @@ from typing import Any
 
 import httpx
 
-from optsched.hosts.service import ServeStartError, serve_subprocess
+from optsched.hosts.serve_process import ServeStartError, serve_subprocess
 from optsched.instances import generate
 
 TOKEN = "load-test-token"

@@ -6,7 +6,9 @@ lives server-side in the SQLite :class:`~optsched.hosts.store.Store` (a snapshot
 its actions (start, preempt, queue, each with its reason) are recorded there. Kubernetes
 scheduler extenders (``k8s.io/kube-scheduler/extender/v1``) read the current plan of a
 cluster through the ``extender/filter``, ``extender/prioritize`` and ``extender/preempt``
-verbs. The API, the limits and the extender mapping are described in ``docs/service.md``.
+verbs. The API, the limits and the extender mapping are described in ``docs/service.md``; the
+request and answer models are in :mod:`optsched.hosts.service_api`, and
+:func:`~optsched.hosts.serve_process.serve_subprocess` runs the real server for tests.
 
 Concurrency: one event loop answers every request; solves run in a process pool (``workers``
 processes, ``spawn`` start method), so epochs of different clusters are solved in parallel,
@@ -22,16 +24,12 @@ import hmac
 import json
 import multiprocessing
 import os
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, MutableMapping
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import anyio.to_thread
 from fastapi import FastAPI, Request, Response
@@ -47,17 +45,30 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
-from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 import optsched
 from optsched import Decision, Snapshot
+from optsched.hosts.serve_process import ServeProcess, ServeStartError, free_port, serve_subprocess
+from optsched.hosts.service_api import (
+    JOB_ANNOTATION,
+    MAX_EXTENDER_PRIORITY,
+    ErrorBody,
+    ExtenderArgs,
+    ExtenderFilterResult,
+    ExtenderPreemptionArgs,
+    ExtenderPreemptionResult,
+    Health,
+    HostPriority,
+    JobEntry,
+    K8sPod,
+    MetaPod,
+    MetaVictims,
+    NodeList,
+    pod_job,
+)
 from optsched.hosts.store import Store
 
-JOB_ANNOTATION = "optsched.io/job"
-"""Pod annotation naming the optsched job a pod belongs to (else the pod's name is the job)."""
-MAX_EXTENDER_PRIORITY = 10
-"""``extenderv1.MaxExtenderPriority``: the score of the node the plan chose."""
 CLUSTER_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 
 Scope = MutableMapping[str, Any]
@@ -108,7 +119,6 @@ _WARM_UP: dict[str, Any] = {
 
 def _warm_up() -> int:
     """Import the engine and load the default predictor in a pool process."""
-    import os
 
     from optsched import solve_epoch
 
@@ -214,138 +224,6 @@ def _plan(
             for j in decision.get("queue", [])
         },
     }
-
-
-# ---------------------------------------------------------------------------------- API models
-
-
-class ErrorBody(BaseModel):
-    """Every error answer: one line naming the field when the input is at fault."""
-
-    error: str = Field(description="What went wrong, e.g. `jobs[3].tenant: unknown tenant 'x'`.")
-
-
-class Health(BaseModel):
-    status: Literal["ok"] = "ok"
-    version: str
-    workers: int
-
-
-class JobEntry(BaseModel):
-    """A job's entry in the latest decision that names it."""
-
-    cluster: str
-    job: str
-    epoch: int = Field(description="The epoch's sequence number in the store.")
-    now: float = Field(description="The epoch's snapshot time.")
-    status: str = Field(description="The decision's status (optimal, feasible, fallback).")
-    action: Literal["start", "preempt", "queue"]
-    reason: str = Field(
-        description="start: `in quota`, `on loan` or `MPS guest of …`; preempt: its reason; "
-        "queue: its queue reason."
-    )
-    allocation: list[dict[str, Any]] | None = Field(default=None, description="start: the GPUs.")
-    on_loan: bool | None = None
-    colocated_with: list[str] | None = None
-    lost_s: float | None = Field(default=None, description="preempt: seconds of work the stop costs.")
-    queue_position: int | None = Field(default=None, description="queue: 0 = most important.")
-    notes: list[str] = Field(default_factory=list, description="The decision's `solver.notes`.")
-    explanation: list[str] = Field(
-        default_factory=list,
-        description="What `optsched explain` prints for the job on that epoch's snapshot and decision "
-        "(empty when none was stored).",
-    )
-
-
-class _K8s(BaseModel):
-    """Kubernetes objects: only the fields optsched reads are declared, the rest is kept."""
-
-    model_config = ConfigDict(extra="allow")
-
-
-class ObjectMeta(_K8s):
-    name: str = ""
-    namespace: str = ""
-    uid: str = ""
-    annotations: dict[str, str] | None = None
-
-
-class K8sPod(_K8s):
-    """``core/v1.Pod`` (``metadata.name``, ``metadata.uid`` and ``metadata.annotations`` are read)."""
-
-    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
-
-
-class K8sNode(_K8s):
-    """``core/v1.Node`` (``metadata.name`` is the snapshot's node id)."""
-
-    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
-
-
-class NodeList(_K8s):
-    """``core/v1.NodeList``."""
-
-    items: list[K8sNode] = Field(default_factory=list)
-
-
-class ExtenderArgs(BaseModel):
-    """``extenderv1.ExtenderArgs``: the pod and its candidate nodes (``Nodes`` when the
-    extender is not node-cache capable, else ``NodeNames``)."""
-
-    Pod: K8sPod
-    Nodes: NodeList | None = None
-    NodeNames: list[str] | None = None
-
-
-class ExtenderFilterResult(BaseModel):
-    """``extenderv1.ExtenderFilterResult``."""
-
-    Nodes: NodeList | None = None
-    NodeNames: list[str] | None = None
-    FailedNodes: dict[str, str] = Field(default_factory=dict)
-    FailedAndUnresolvableNodes: dict[str, str] = Field(default_factory=dict)
-    Error: str = ""
-
-
-class HostPriority(BaseModel):
-    """``extenderv1.HostPriority`` (a ``HostPriorityList`` is a JSON array of these)."""
-
-    Host: str
-    Score: int
-
-
-class MetaPod(BaseModel):
-    UID: str
-
-
-class MetaVictims(BaseModel):
-    Pods: list[MetaPod] = Field(default_factory=list)
-    NumPDBViolations: int = 0
-
-
-class Victims(BaseModel):
-    Pods: list[K8sPod] = Field(default_factory=list)
-    NumPDBViolations: int = 0
-
-
-class ExtenderPreemptionArgs(BaseModel):
-    """``extenderv1.ExtenderPreemptionArgs``."""
-
-    Pod: K8sPod
-    NodeNameToVictims: dict[str, Victims] | None = None
-    NodeNameToMetaVictims: dict[str, MetaVictims] | None = None
-
-
-class ExtenderPreemptionResult(BaseModel):
-    """``extenderv1.ExtenderPreemptionResult``."""
-
-    NodeNameToMetaVictims: dict[str, MetaVictims] = Field(default_factory=dict)
-
-
-def pod_job(pod: K8sPod) -> str:
-    """The job a pod belongs to: its ``optsched.io/job`` annotation, else its name."""
-    ann = pod.metadata.annotations or {}
-    return ann.get(JOB_ANNOTATION) or pod.metadata.name
 
 
 # ---------------------------------------------------------------------------------- plumbing
@@ -927,83 +805,9 @@ def run(config: ServiceConfig, host: str = "127.0.0.1", port: int = 8080, log_le
     uvicorn.run(create_app(config), host=host, port=port, log_level=log_level, timeout_graceful_shutdown=10)
 
 
-class ServeStartError(RuntimeError):
-    """``optsched serve`` did not come up (:func:`serve_subprocess`)."""
-
-
-@dataclass(frozen=True)
-class ServeProcess:
-    """A running ``optsched serve`` subprocess (:func:`serve_subprocess`)."""
-
-    proc: subprocess.Popen[bytes]
-    base: str
-    """``http://127.0.0.1:PORT``."""
-
-
-def free_port() -> int:
-    """A loopback TCP port nobody listens on (now)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextmanager
-def serve_subprocess(
-    db: str | Path,
-    *,
-    token: str | None = None,
-    workers: int = 1,
-    log_level: str = "warning",
-    capture: bool = False,
-    start_timeout_s: float = 30.0,
-    stop_timeout_s: float = 20.0,
-) -> Iterator[ServeProcess]:
-    """Run the real ``optsched serve`` (``python -m optsched.cli serve``) on a free loopback
-    port until the block ends, for tests and benchmarks.
-
-    Waits until ``/healthz`` answers 200 (:class:`ServeStartError` when the process exits first or
-    ``start_timeout_s`` passes, with its output when ``capture``). ``token`` is given as
-    ``OPTSCHED_TOKEN``; ``capture`` sends stdout and stderr to ``proc.stdout`` (read it after the
-    block). On exit the server gets SIGTERM, and SIGKILL after ``stop_timeout_s``.
-    """
-    port = free_port()
-    cmd = [sys.executable, "-m", "optsched.cli", "serve", "--port", str(port), "--workers", str(workers)]
-    cmd += ["--db", str(db), "--log-level", log_level]
-    env = dict(os.environ)
-    if token is not None:
-        env["OPTSCHED_TOKEN"] = token
-    out = subprocess.PIPE if capture else None
-    err = subprocess.STDOUT if capture else None
-    cwd = Path(optsched.__file__).resolve().parents[1]
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=err)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + start_timeout_s
-        while not _healthy(base):
-            if proc.poll() is not None:
-                said = proc.stdout.read().decode() if proc.stdout else ""
-                raise ServeStartError(f"optsched serve exited with status {proc.returncode}: {said}")
-            if time.monotonic() > deadline:
-                raise ServeStartError(f"optsched serve did not answer /healthz within {start_timeout_s:g} s")
-            time.sleep(0.2)
-        yield ServeProcess(proc, base)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=stop_timeout_s)
-        except subprocess.TimeoutExpired:  # pragma: no cover
-            proc.kill()
-            proc.wait()
-
-
-def _healthy(base: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{base}/healthz", timeout=1) as r:
-            return bool(r.status == 200)
-    except (OSError, ValueError):
-        return False
-
-
+# The API models live in optsched.hosts.service_api and the subprocess launcher in
+# optsched.hosts.serve_process; the names of both that callers of the earlier single module
+# imported from here are re-exported.
 __all__ = [
     "JOB_ANNOTATION",
     "ExtenderArgs",

@@ -26,7 +26,8 @@ with warnings.catch_warnings():  # starlette suggests another HTTP client for it
     from fastapi.testclient import TestClient
 
 from optsched import ClusterState, Decision, check_decision, parse_snapshot, solve_epoch
-from optsched.hosts.service import ServiceConfig, create_app, serve_subprocess
+from optsched.hosts.serve_process import serve_subprocess
+from optsched.hosts.service import ServiceConfig, create_app
 from optsched.hosts.store import Store
 from optsched.instances import generate
 
