@@ -125,6 +125,8 @@ def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
         (["workflows", "calibrate", "--out", "d"], "--out"),
         (["serve", "--db", "d"], "--db"),
         (["serve", "--db", "f/x.db"], "--db"),
+        (["serve", "--log-level", "loud"], "--log-level"),
+        (["serve", "--host", "999.1.1.1", "--port", "0"], "--host"),
         (["slurm", "run", "--config", "d"], "--config"),
         (["slurm", "run", "--config", "nosuch.toml", "--once"], "--config"),
         (["slurm", "explain", "1", "--config", "d"], "--config"),
@@ -164,6 +166,37 @@ def test_a_bad_solver_preset_is_refused_before_solving(
     code, err = run(["solve", SNAP, "--solver-config", "p.toml", "-o", "o.json"], capsys)
     assert code == 2 and err.startswith("error: --solver-config: ") and message in err, err
     assert not (work / "o.json").exists()
+
+
+def test_serve_refuses_a_port_in_use_before_starting(
+    work: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+
+    monkeypatch.chdir(work)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        code, err = run(["serve", "--port", str(port), "--db", "s.db"], capsys)
+    assert code == 2 and err.startswith(f"error: --port: cannot listen on 127.0.0.1:{port}: "), err
+    assert listing(work) == BEFORE  # no store created
+
+
+def test_slurm_run_without_slurm_says_so_and_creates_no_store(
+    work: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("PATH", str(work / "empty-bin"))
+    (work / "a.toml").write_text(
+        'cluster = "t"\nstore = "s.db"\n[gpu_types.a100]\nmemory_gib = 80\n'
+        '[[tenants]]\nid = "alpha"\naccounts = ["alpha"]\nquota = { a100 = 8 }\n'
+    )
+    code, err = run(["slurm", "run", "--config", "a.toml", "--once"], capsys)
+    assert code == 2
+    assert err.startswith("error: slurm run reads and acts through Slurm's client commands; "
+                          "missing on PATH: squeue, sinfo, scontrol"), err
+    assert listing(work) == sorted([*BEFORE, "a.toml"])
 
 
 def test_a_failed_replay_leaves_no_out_folder_it_created(

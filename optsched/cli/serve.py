@@ -15,6 +15,28 @@ import typer
 
 from optsched.cli.common import check_out_file, fail
 
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+"""uvicorn's log levels."""
+
+
+def _check_listen(host: str, port: int) -> None:
+    """``host`` resolves and ``host:port`` can be listened on now (else exit 2 naming which)."""
+    import errno
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        fail("--host", f"cannot resolve '{host}': {exc}")
+    family, kind, proto, _, addr = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(addr)
+        except OSError as exc:
+            option = "--port" if exc.errno in (errno.EADDRINUSE, errno.EACCES) else "--host"
+            fail(option, f"cannot listen on {host}:{port}: {exc.strerror or exc}")
+
 
 def serve(
     host: Annotated[
@@ -44,7 +66,9 @@ def serve(
     workers: Annotated[
         int, typer.Option(help="Solver processes (epochs of different clusters in parallel).")
     ] = 2,
-    log_level: Annotated[str, typer.Option("--log-level", help="uvicorn log level.")] = "info",
+    log_level: Annotated[
+        str, typer.Option("--log-level", help="uvicorn log level (critical ... trace).")
+    ] = "info",
 ) -> None:
     """Serve decisions over HTTP: POST /v1/clusters/{id}/epochs, extender verbs, /metrics."""
     if workers < 1:
@@ -57,8 +81,11 @@ def serve(
         fail("--port", "must be in 0..65535")
     if token is not None and not token.strip():
         fail("--token", "must not be empty")
+    if log_level.lower() not in LOG_LEVELS:
+        fail("--log-level", f"unknown level '{log_level}' ({', '.join(LOG_LEVELS)})")
     if str(db) != ":memory:":
         check_out_file(db, "--db")
+    _check_listen(host, port)
     try:
         loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:
@@ -76,7 +103,7 @@ def serve(
         timeout_s=timeout_s,
         workers=workers,
     )
-    run(cfg, host=host, port=port, log_level=log_level)
+    run(cfg, host=host, port=port, log_level=log_level.lower())
 
 
 def register(app: typer.Typer) -> None:

@@ -52,6 +52,12 @@ def run(
     if interval is not None and not interval > 0:
         fail("--interval", "must be > 0")
     cfg = _load(config)
+    import shutil
+
+    missing = [b for b in ("squeue", "sinfo", "scontrol") if shutil.which(b) is None]
+    if missing:
+        fail("", f"slurm run reads and acts through Slurm's client commands; missing on PATH: "
+             f"{', '.join(missing)} (Debian: apt-get install slurm-client)")
     logging.basicConfig(
         level=getattr(logging, log_level.upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
