@@ -199,19 +199,35 @@ def test_slurm_run_without_slurm_says_so_and_creates_no_store(
     assert listing(work) == sorted([*BEFORE, "a.toml"])
 
 
+def test_a_trace_row_the_reader_cannot_parse_is_refused_before_any_replay(work: Path) -> None:
+    (work / "vc_config.csv").write_text(",num\na,1\n")
+    (work / "bad.csv").write_text("job_id,vc,gpu_num,submit_time,duration\n1,a,1,yesterday,5\n")
+    (work / "empty.csv").write_text("job_id,vc,gpu_num,submit_time,duration\n")
+    for name, said in (("bad.csv", "Invalid isoformat string: 'yesterday'"), ("empty.csv", "no jobs")):
+        proc = cli(["simulate", "--trace", name, "--policies", "fifo", "--out", "out"], work)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.startswith(f"error: --trace: cannot read '{name}': "), proc.stderr
+        assert said in proc.stderr and proc.stdout == ""
+        assert not (work / "out").exists()
+
+
 def test_a_failed_replay_leaves_no_out_folder_it_created(
     work: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An error during the run (here: a trace that turns out to have no jobs) removes the
-    output folder the command created; a folder that existed before stays."""
+    """An error during the run removes the output folder the command created; a folder that
+    existed before stays."""
+    import optsched.sim.runner
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("the replay broke")
+
     monkeypatch.chdir(work)
-    (work / "vc_config.csv").write_text(",num\na,1\n")
-    (work / "empty.csv").write_text("job_id,vc,gpu_num,submit_time,duration\n")
-    assert main(["simulate", "--trace", "empty.csv", "--policies", "fifo", "--out", "out"]) == 1
-    assert "no jobs" in capsys.readouterr().err
+    monkeypatch.setattr(optsched.sim.runner, "run_many", broken)
+    args = ["simulate", "--trace", "mini", "--policies", "fifo", "--max-jobs", "5"]
+    assert main([*args, "--out", "out"]) == 1
+    assert "internal error: RuntimeError: the replay broke" in capsys.readouterr().err
     assert not (work / "out").exists()
-    assert main(["simulate", "--trace", "empty.csv", "--policies", "fifo", "--mode", "both",
-                 "--out", "both"]) == 1
+    assert main([*args, "--mode", "both", "--out", "both"]) == 1
     assert not (work / "both").exists()
-    assert main(["simulate", "--trace", "empty.csv", "--policies", "fifo", "--out", "d"]) == 1
+    assert main([*args, "--out", "d"]) == 1
     assert (work / "d").is_dir()

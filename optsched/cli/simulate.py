@@ -156,9 +156,12 @@ def simulate(
         check_trace(trace)
     except (OSError, ValueError) as exc:
         fail("--trace", str(exc))
+    rule = GuaranteeRule(mode=guarantee, fraction=guarantee_fraction)  # type: ignore[arg-type]
+    if trace != "mini":
+        _read_trace(trace, qos_delay_s=qos_delay_s, guarantee=rule, max_jobs=max_jobs,
+                    lucid_dir=lucid_dir, load_scale=load_scale)
     check_out_dir(out, "--out")
     modes = ["pooled", "partitioned"] if mode == "both" else [mode]
-    rule = GuaranteeRule(mode=guarantee, fraction=guarantee_fraction)  # type: ignore[arg-type]
     opts: dict[str, Any] = {"backend": backend, "time_limit_s": time_limit_s, "predictor": predictor}
     if lookahead_epochs is not None:
         opts["lookahead_epochs"] = lookahead_epochs
@@ -190,6 +193,25 @@ def simulate(
             write_atomic(out / "summary.md", text)
             typer.echo(text)
             typer.echo(f"wrote {out / 'summary.json'}")
+
+
+def _read_trace(trace: str, **kwargs: Any) -> None:
+    """Read a user's trace once, rows and all, before any replay: a row the reader cannot parse
+    is an error naming ``--trace`` (exit 2), not a failure in every replay."""
+    import logging
+
+    from optsched.sim.trace import load_trace
+
+    quiet = logging.getLogger("optsched.sim")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # each replay logs the trace's fallbacks itself
+    try:
+        load_trace(trace, **kwargs)
+    except (OSError, ValueError, KeyError, IndexError, EOFError) as exc:
+        what = f"missing column {exc}" if isinstance(exc, KeyError) else str(exc)
+        fail("--trace", f"cannot read '{trace}': {what}")
+    finally:
+        quiet.setLevel(level)
 
 
 def _positive(value: float, option: str) -> None:

@@ -119,7 +119,6 @@ _WARM_UP: dict[str, Any] = {
 
 def _warm_up() -> int:
     """Import the engine and load the default predictor in a pool process."""
-
     from optsched import solve_epoch
 
     solve_epoch(_WARM_UP)
