@@ -211,6 +211,27 @@ def test_a_trace_row_the_reader_cannot_parse_is_refused_before_any_replay(work: 
         assert not (work / "out").exists()
 
 
+def test_a_sweep_checks_every_trace_of_its_study_first(work: Path) -> None:
+    (work / "vc_config.csv").write_text(",num\na,1\n")
+    (work / "bad.csv").write_text("job_id,vc,gpu_num,submit_time,duration\n1,a,1,2020-09-01 0:0,y\n")
+    (work / "s.toml").write_text('traces = ["mini", "bad.csv"]\npolicies = ["fifo"]\nseeds = [0]\n')
+    proc = cli(["sweep", "s.toml", "--out", "out"], work)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("error: spec: traces.1: cannot read 'bad.csv': "), proc.stderr
+    (work / "none.csv").write_text("job_id,vc,gpu_num,submit_time,duration\n1,a,0,2020-09-01 00:00:00,5\n")
+    (work / "s.toml").write_text('traces = ["none.csv"]\npolicies = ["fifo"]\nseeds = [0]\n')
+    proc = cli(["sweep", "s.toml", "--out", "out"], work)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith(
+        "error: spec: traces.0: 'none.csv' has no job to replay (skipped 1 row(s) without GPUs)"
+    ), proc.stderr
+    (work / "s.toml").write_text('traces = ["x.csv"]\npolicies = ["fifo"]\nseeds = [0]\n')
+    proc = cli(["sweep", "s.toml", "--out", "out"], work)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: spec: traces.0: 'x.csv' is not a trace optsched reads")
+    assert not (work / "out").exists()
+
+
 def test_a_failed_replay_leaves_no_out_folder_it_created(
     work: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

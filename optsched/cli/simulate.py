@@ -195,7 +195,7 @@ def simulate(
             typer.echo(f"wrote {out / 'summary.json'}")
 
 
-def _read_trace(trace: str, **kwargs: Any) -> None:
+def _read_trace(trace: str, option: str = "--trace", **kwargs: Any) -> None:
     """Read a user's trace once, rows and all, before any replay: a row the reader cannot parse
     is an error naming ``--trace`` (exit 2), not a failure in every replay."""
     import logging
@@ -206,12 +206,15 @@ def _read_trace(trace: str, **kwargs: Any) -> None:
     level = quiet.level
     quiet.setLevel(logging.ERROR)  # each replay logs the trace's fallbacks itself
     try:
-        load_trace(trace, **kwargs)
+        tr = load_trace(trace, **kwargs)
     except (OSError, ValueError, KeyError, IndexError, EOFError) as exc:
         what = f"missing column {exc}" if isinstance(exc, KeyError) else str(exc)
-        fail("--trace", f"cannot read '{trace}': {what}")
+        fail(option, f"cannot read '{trace}': {what}")
     finally:
         quiet.setLevel(level)
+    if not tr.jobs:
+        notes = "; ".join(n for n in tr.notes if n.startswith(("skipped", "dropped")))
+        fail(option, f"'{trace}' has no job to replay ({notes or 'no rows'})")
 
 
 def _positive(value: float, option: str) -> None:
@@ -333,6 +336,8 @@ def sweep(
             check_trace(tr)
         except (OSError, ValueError) as exc:
             fail("spec", f"traces.{k}: {exc}")
+        if tr != "mini":
+            _read_trace(tr, option=f"spec: traces.{k}")
     check_out_dir(out, "--out")
     total = len(study.traces) * len(study.settings) * len(study.policies) * len(study.seeds)
     with Progress(TextColumn("{task.description}"), BarColumn(),
