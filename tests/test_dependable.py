@@ -16,6 +16,7 @@ import pytest
 import optsched
 from optsched.engine.backends import available_backends, get_backend
 from optsched.engine.backends.base import SolveParams, SolveResult, SolveStatus
+from optsched.engine.budget import WALL_CLOCK_FALLBACK
 from optsched.engine.check import check_decision, check_work_conservation, over_quota_note
 from optsched.engine.problem import Assignment, EpochProblem
 from optsched.engine.state import ClusterState, load_state
@@ -70,8 +71,9 @@ def test_same_decision_from_two_fresh_processes_and_in_process(tmp_path: Path) -
     snap = json.loads(gen.stdout)
     assert snap == generate("venus", 3)
     # the default backend and predictor; a limit with room for a loaded 2-core machine (the
-    # work budget, not the clock, decides where the solver stops)
-    snap["options"] = {"time_limit_s": 2.0}
+    # work budget, not the clock, decides where the solver stops; a run the net stopped would
+    # be the greedy plan: tests/test_determinism_load.py)
+    snap["options"] = {"time_limit_s": 20.0}
     path = tmp_path / "venus3.json"
     path.write_text(json.dumps(snap))
     runs: list[dict[str, Any]] = []
@@ -94,8 +96,7 @@ def test_same_decision_from_two_fresh_processes_and_in_process(tmp_path: Path) -
     assert first["start"], "nothing started: the comparison would be trivial"
     assert check_decision(state, Decision.model_validate(first)) == []
     for k, other in enumerate(runs[1:], start=1):
-        detail = other["solver"].get("status_detail") or ""
-        assert "wall-clock limit hit" not in detail, f"run {k}: {detail}"
+        assert other["solver"].get("fallback_reason") is None, f"run {k}: {other['solver']}"
         assert _plan(other) == _plan(first), f"run {k} differs from run 0"
 
 
@@ -319,13 +320,9 @@ def test_a_wall_clock_stop_is_never_optimal_and_says_so(name: str, monkeypatch: 
     monkeypatch.setattr(cls, "solve", hurried)
     state, d = solve(generate("venus", 0), name, limit=5.0)
     assert check_decision(state, d) == []
-    assert d.status in ("feasible", "fallback")
-    if d.status == "feasible":
-        assert "wall-clock limit hit" in (d.solver.status_detail or "")
-        assert f"{name}: wall-clock limit hit; this answer may differ between runs" in d.solver.notes
-    else:
-        assert d.solver.backend == "greedy"
-        assert (d.solver.fallback_reason or "").startswith(f"{name}: no_solution"), d.solver.fallback_reason
+    # whatever the solver had found, the answer is the greedy plan with the one label
+    assert d.status == "fallback" and d.solver.backend == "greedy"
+    assert d.solver.fallback_reason == WALL_CLOCK_FALLBACK
 
 
 @pytest.fixture(scope="module")
@@ -340,7 +337,7 @@ def venus_problem() -> EpochProblem:
 @pytest.mark.parametrize("name", IN_PROCESS)
 def test_a_backend_stopped_by_the_wall_clock_always_says_so(name: str, venus_problem: EpochProblem) -> None:
     # a deterministic budget far beyond a 50 ms wall clock: every stop is the clock's, and the
-    # result must say so (the engine turns that into the "may differ between runs" note)
+    # result must say so (the engine then answers with the greedy plan, WALL_CLOCK_FALLBACK)
     backend = get_backend(name)
     unlabelled = []
     for k in range(30):
@@ -356,7 +353,7 @@ def test_a_tiny_budget_is_a_labelled_fallback(name: str) -> None:
     state, d = solve(generate("venus", 1), name, limit=0.001)
     assert check_decision(state, d) == []
     assert d.status == "fallback"
-    assert d.solver.fallback_reason == "no time left for the solver (wall clock)"
+    assert d.solver.fallback_reason == WALL_CLOCK_FALLBACK
 
 
 # --- work conservation after every backend ----------------------------------------------------------

@@ -18,6 +18,7 @@ from optsched import solve_epoch
 from optsched.engine import assurance as asr
 from optsched.engine import partition as P
 from optsched.engine.backends.base import SolveParams
+from optsched.engine.budget import Budget
 from optsched.engine.state import ClusterState, parse_snapshot
 from optsched.instances import generate
 from optsched.predict.fallback import EstimatePredictor
@@ -175,8 +176,8 @@ def test_explanations_change_nothing_else(case: Case) -> None:
     k = int(d.solver.notes[0].split()[2])
     sp = P.split(st, k, seed=GREEDY.seed)
     signal = asr.compute(st)
-    results = P.run_parts(sp.parts, GREEDY.with_(time_limit_s=P.PART_SHARE * GREEDY.time_limit_s), "serial",
-                          signal, solve_epoch, EstimatePredictor())
+    part = GREEDY.with_(time_limit_s=Budget(GREEDY.time_limit_s).part_limit_s)
+    results = P.run_parts(sp.parts, part, "serial", signal, solve_epoch, EstimatePredictor())
     plain, room_for = P.merge_plan(st, results, sp.leftover, signal)
     assert plain.explanations == {} and plain.queue_reasons == {}
     full = P.merge(st, results, sp.leftover, signal)

@@ -6,15 +6,19 @@ The pipeline::
           -> greedy (hint) -> backend (deterministic work, wall-clock safety net) -> fill pass
           -> Decision -> check_decision -> [labelled fallback]
 
-**Deadline.** ``time_limit_s`` covers the whole call. Every stage after validation has a share
-of it; the solver gets what is left after a reserve for decoding and checking that grows with
-the snapshot (``RESERVE_PER_JOB_S``).
+**Deadline.** ``time_limit_s`` covers the whole call. Every share of it comes from one
+:class:`~optsched.engine.budget.Budget`: the solver's deterministic work, the reserve for
+decoding and checking that grows with the snapshot, the workflow planner's share, the
+look-ahead's and each partition part's.
 
-**Determinism.** The solver stops on a *deterministic* work budget (``params.work_s``), a pure
-function of the time limit and of the snapshot's size (``work_budget``), never of measured
-time, so the same snapshot and parameters give the same decision from a fresh process or a warm
-one, on an idle or a loaded machine. The wall clock only stops a solver that overruns; the
-decision then says ``wall-clock limit hit`` in ``solver.status_detail`` and a note.
+**Determinism.** The solver stops on a *deterministic* work budget (``Budget.solver_work_s``), a
+pure function of the time limit and of the snapshot's size, never of measured time, so the same
+snapshot and parameters give the same decision from a fresh process or a warm one, on an idle
+or a loaded machine. The wall clock is only a safety net: when it stops the solver (or leaves it
+no time), the decision is the greedy plan, ``status: "fallback"``, with
+:data:`~optsched.engine.budget.WALL_CLOCK_FALLBACK` as ``solver.fallback_reason``: the same
+decision whatever the solver had found when the clock stopped it, never a time-dependent
+incumbent.
 
 **Fallbacks.** A solver that errs, gives nothing, gives less than the greedy plan or an answer
 the checker rejects, and any failure while decoding it, yields the greedy plan with
@@ -36,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from optsched.engine import assurance as asr
 from optsched.engine.backends.base import SolveParams, SolveResult, SolveStatus
+from optsched.engine.budget import DEFAULT_TIME_LIMIT_S, MIN_SOLVER_WALL_S, WALL_CLOCK_FALLBACK, Budget
 from optsched.engine.state import ClusterState, parse_snapshot
 from optsched.errors import DomainWarning, OptschedError
 from optsched.schema.decision import Decision, PoolDecision, SolverInfo, WorkflowPlan
@@ -48,27 +53,19 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("optsched")
 
+WALL_CLOCK_HIT = "wall-clock limit hit"
+"""What a backend's ``SolveResult.detail`` says when the wall clock, not its work limit,
+ended the search."""
+
 DEFAULT_BACKEND = "auto"
 """The one default of the library, the CLI and the simulator: ``highs`` (HiGHS bundled with
 OR-Tools; at Venus size optimal within the default second) whenever the model fits HiGHS's work
 budget (``HIGHS_VARS_PER_WORK_S`` variables per nominal second of work), else the greedy plan,
 labelled ``fallback`` with the reason (a longer ``time_limit_s`` brings the exact model back:
-at 10,000 GPUs, 5 s). The rule reads only the model's size and the limit, never the clock, so
+at 10,000 GPUs, ``generate --size large``, 11,300-11,700 variables need a limit of about 6.3 s;
+5 s gives a budget near 9,000). The rule reads only the model's size and the limit, never the clock, so
 the answer is reproducible at every size (``docs/benchmarks.md``)."""
 HIGHS_VARS_PER_WORK_S = 3500.0
-DEFAULT_TIME_LIMIT_S = 1.0
-SOLVER_SHARE = 0.6
-"""Share of the time limit that is the solver's nominal deterministic work budget."""
-OVERHEAD_PER_JOB_S = 40e-6
-"""Nominal seconds of fixed stages per job of the snapshot (validation, predictions,
-candidates, decoding, checking), taken from the work budget so large snapshots keep their
-deadline; calibrated in ``docs/benchmarks.md``."""
-RESERVE_PER_JOB_S = 25e-6
-"""Wall seconds kept per job after the solver for decoding, the fill pass and the checker."""
-RESERVE_FRACTION = 0.1
-MIN_WORK_S = 0.02
-WORKFLOW_SHARE = 0.4
-"""Share of the time limit given to the workflow planner when the snapshot has workflows."""
 STATUS_RANK = {"optimal": 0, "feasible": 1, "fallback": 2}
 
 
@@ -87,17 +84,6 @@ def resolve_params(snapshot: Snapshot, params: SolveParams | None) -> SolveParam
         num_workers=opts.num_workers or 1,
         extra=dict(opts.extra or {}),
     )
-
-
-def work_budget(params: SolveParams, jobs: int, workflows: bool) -> float:
-    """The solver's deterministic work budget in nominal seconds: a share of the limit less
-    the nominal cost of the fixed stages for this many jobs (never measured time)."""
-    if params.work_s is not None:
-        return params.work_s
-    share = SOLVER_SHARE * params.time_limit_s
-    if workflows:
-        share -= WORKFLOW_SHARE * params.time_limit_s
-    return max(MIN_WORK_S, share - OVERHEAD_PER_JOB_S * jobs)
 
 
 def model_size(problem: EpochProblem) -> int:
@@ -209,7 +195,6 @@ def _solve_epoch(
         snap = snapshot if isinstance(snapshot, Snapshot) else parse_snapshot(snapshot)
         state = ClusterState.from_snapshot(snap)
     params = resolve_params(state.snapshot, params)
-    deadline = t0 + params.time_limit_s
     stage["validate"] = time.monotonic() - t0
     has_wf = state.snapshot.workflows is not None and bool(state.snapshot.workflows.sessions)
     split_note = None
@@ -255,12 +240,10 @@ def _solve_epoch(
         msg = f"internal error while building the problem: {type(exc).__name__}: {exc}"
         raise OptschedError(msg) from exc
 
-    n_jobs = len(state.snapshot.jobs)
-    reserve = RESERVE_FRACTION * params.time_limit_s + RESERVE_PER_JOB_S * n_jobs
-    wf_budget = WORKFLOW_SHARE * params.time_limit_s if has_wf else 0.0
-    decision = _cluster_decision(ep, params, t0, deadline, reserve + wf_budget, n_jobs, has_wf)
+    budget = Budget(params.time_limit_s, len(state.snapshot.jobs), has_wf, params.work_s, t0)
+    decision = _cluster_decision(ep, params, budget)
     if has_wf:
-        _attach_workflows(ep, decision, params, deadline, reserve)
+        _attach_workflows(ep, decision, params, budget)
     if split_note is not None:
         decision.solver.notes.append(split_note)
     decision.solver.stage_seconds = {k: round(v, 6) for k, v in ep.stage.items()}
@@ -307,15 +290,7 @@ def _prepare(
     return _Epoch(state, problem, predictions, signal, notes, stage, lp, res)
 
 
-def _cluster_decision(
-    ep: _Epoch,
-    params: SolveParams,
-    t0: float,
-    deadline: float,
-    reserve: float,
-    n_jobs: int,
-    has_wf: bool,
-) -> Decision:
+def _cluster_decision(ep: _Epoch, params: SolveParams, budget: Budget) -> Decision:
     from optsched.engine.backends import get_backend
     from optsched.engine.backends.greedy import fill, greedy_assignment, repaired
     from optsched.engine.check import check_decision
@@ -335,7 +310,7 @@ def _cluster_decision(
 
     result: SolveResult | None = None
     fallback_reason: str | None = None
-    work = work_budget(params, n_jobs, has_wf)
+    work = budget.solver_work_s
     auto_reason = None
     if params.backend == "auto":
         size = model_size(problem)
@@ -349,14 +324,14 @@ def _cluster_decision(
     if params.backend == "greedy":
         fallback_reason = auto_reason or "greedy backend requested"
     else:
-        budget = deadline - time.monotonic() - reserve
-        if budget <= 0.005:
-            fallback_reason = "no time left for the solver (wall clock)"
+        wall_s = budget.solver_wall_s()
+        if wall_s <= MIN_SOLVER_WALL_S:
+            fallback_reason = WALL_CLOCK_FALLBACK
         else:
             t = time.monotonic()
             try:
                 result = get_backend(params.backend).solve(
-                    problem, params.with_(time_limit_s=budget, work_s=work), hint
+                    problem, params.with_(time_limit_s=wall_s, work_s=work), hint
                 )
             except (OptschedError, ValueError):
                 raise
@@ -364,7 +339,12 @@ def _cluster_decision(
                 log.exception("backend %s failed", params.backend)
                 fallback_reason = f"{params.backend} raised {type(exc).__name__}: {exc}"
             stage["solve"] = time.monotonic() - t
-            if result is not None and (
+            if result is not None and WALL_CLOCK_HIT in result.detail:
+                # whatever the solver had found when the net stopped it depends on the machine's
+                # load: the deterministic greedy plan answers, with the one label of that case
+                log.info("%s: %s (%s)", params.backend, WALL_CLOCK_FALLBACK, result.detail)
+                fallback_reason, result = WALL_CLOCK_FALLBACK, None
+            elif result is not None and (
                 result.status not in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE) or result.assignment is None
             ):
                 fallback_reason = f"{params.backend}: {result.status.value} ({result.detail})"
@@ -405,10 +385,7 @@ def _cluster_decision(
         obj = a.objective(problem)
         if res is not None:
             proven = res.status == SolveStatus.OPTIMAL and problem.complete and added == 0 and held == 0
-            wall = "wall-clock limit hit" in res.detail
-            status = "optimal" if proven and not wall else "feasible"
-            if wall:
-                notes.append(f"{res.backend}: wall-clock limit hit; this answer may differ between runs")
+            status = "optimal" if proven else "feasible"
             bound = None if res.bound is None else res.bound + problem.bound_slack
         else:
             status, bound = "fallback", None
@@ -483,9 +460,7 @@ class _Rejected(Exception):
     """A decision that failed the checker."""
 
 
-def _attach_workflows(
-    ep: _Epoch, decision: Decision, params: SolveParams, deadline: float, reserve: float
-) -> None:
+def _attach_workflows(ep: _Epoch, decision: Decision, params: SolveParams, budget: Budget) -> None:
     """Plan the workflow part, check it with its own checker and fallback, and report the
     worse of the two parts' statuses at the top."""
     from optsched.workflows.check import check_workflow_plan
@@ -495,12 +470,8 @@ def _attach_workflows(
     try:
         # a nominal limit (the planner's share of the call), so its deterministic work is the
         # same in every run; the wall clock left is checked by the planner itself
-        left = deadline - time.monotonic() - reserve
         plan = plan_workflows(
-            ep.state,
-            time_limit_s=max(0.01, left),
-            seed=params.seed,
-            work_s=0.5 * WORKFLOW_SHARE * params.time_limit_s,
+            ep.state, time_limit_s=budget.workflow_left_s(), seed=params.seed, work_s=budget.workflow_work_s
         )
         bad = check_workflow_plan(ep.state, plan)
         why = f"workflow plan failed invariant 6: {bad[0]}" if bad else None

@@ -34,6 +34,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from optsched.engine.budget import lookahead_work_s
 from optsched.schema.decision import QueueReason, Reservation
 
 if TYPE_CHECKING:
@@ -50,8 +51,6 @@ MIN_REMAINING_S = 60.0
 soon, not to have ended."""
 DEFAULT_LOOKAHEAD_EPOCHS = 6
 DEFAULT_RESERVE_MIN_GPUS = 33
-PLAN_WORK_SHARE = 0.05
-"""Share of the decision's time limit given to the CP-SAT slot model as deterministic work."""
 MAX_PLAN_TERMS = 20000
 """Slot models with more (job, type, slot, instant) capacity terms keep the greedy plan (the
 model's size, never the clock, decides)."""
@@ -413,7 +412,7 @@ def annotate(
     plan = _greedy_plan(items, [list(row) for row in free])
     how = "greedy"
     if items:
-        better = _cpsat_plan(items, free, slots, plan, seed, PLAN_WORK_SHARE * time_limit_s)
+        better = _cpsat_plan(items, free, slots, plan, seed, lookahead_work_s(time_limit_s))
         if better is not None:
             plan, how = better, "cpsat"
     # a job planned at slot k may start as soon as GPUs free up after slot k - 1 (a decision

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from optsched.engine import assurance as asr
+from optsched.engine.budget import Budget
 from optsched.engine.candidates import cap_starved, protected, starved_types
 from optsched.engine.check import over_quota_note
 from optsched.engine.decide import explain_decision
@@ -72,8 +73,6 @@ if TYPE_CHECKING:
 Executor = Literal["auto", "ray", "process", "serial"]
 AUTO_GPUS_PER_PART = 10_000
 """``partitions: "auto"``: one part per this many GPUs (the size one model is measured at)."""
-PART_SHARE = 0.7
-"""Share of the call's time limit given to each part's solve (they run side by side)."""
 
 
 def resolve_partitions(value: int | str | None, state: ClusterState) -> int:
@@ -937,7 +936,7 @@ def solve_partitioned(
     from optsched.engine.check import check_decision
 
     stage: dict[str, float] = {}
-    part_params = params.with_(time_limit_s=PART_SHARE * params.time_limit_s)
+    part_params = params.with_(time_limit_s=Budget(params.time_limit_s).part_limit_s)
     t, c = time.monotonic(), time.process_time()
     sp = split(state, k, seed=params.seed)
     signal = asr.compute(state)  # the fleet's assurance, for every part and the merge

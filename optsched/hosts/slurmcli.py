@@ -658,7 +658,7 @@ class SlurmClient:
         self.run("scontrol", "release", str(job_id))
 
     def set_admin_comment(self, job_id: int, text: str) -> None:
-        """Set the job's AdminComment (``squeue -O JobID,AdminComment`` shows it; needs the
+        """Set the job's AdminComment (``scontrol show job`` shows it; needs the
         rights of SlurmUser or an operator)."""
         self.run("scontrol", "update", f"JobId={job_id}", f"AdminComment={text}")
 

@@ -7,7 +7,7 @@ deadline is abandoned by killing the worker (a fresh one starts on the next call
 
 Determinism: the search runs in one thread with ``random_seed = params.seed`` and stops on a
 deterministic work budget, ``params.work_s`` nominal seconds (when the caller gives none,
-``time_limit_s / WALL_SAFETY``), counted by the worker's :class:`WorkMeter`. The same problem
+``time_limit_s / budget.WALL_SAFETY``), counted by the worker's :class:`WorkMeter`. The same problem
 and parameters then give the same answer from a fresh or a warm process, on an idle or a loaded
 machine. The wall clock (HiGHS's ``time_limit``, then killing the worker) is only a safety net;
 when it ends the search the result's ``detail`` says ``wall-clock limit hit``.
@@ -29,13 +29,12 @@ from typing import Any, ClassVar
 
 from optsched.engine.backends.base import SolveParams, SolveResult, SolveStatus, check_extra
 from optsched.engine.backends.milp.worker import ALLOWED_OPTIONS, ROOT_CHECKS_PER_S, TREE_CHECKS_PER_S
+from optsched.engine.budget import default_work_s
 from optsched.engine.formulation import build_model, from_assignment, is_feasible, solved
 from optsched.engine.problem import Assignment, EpochProblem
 
 _LOCK = threading.Lock()
 KILL_GRACE_S = 0.05
-WALL_SAFETY = 1.5
-"""Without ``params.work_s``, the work budget is the wall-clock limit divided by this."""
 WALL_CLOCK_HIT = "wall-clock limit hit"
 
 
@@ -172,9 +171,7 @@ def warm_up(wait: bool = True) -> None:
 
 def work_s(params: SolveParams) -> float:
     """The deterministic work budget in nominal seconds (see ``worker.WorkMeter``)."""
-    if params.work_s is not None:
-        return max(0.0, params.work_s)
-    return params.time_limit_s / WALL_SAFETY
+    return default_work_s(params.time_limit_s, params.work_s)
 
 
 def describe_stop(payload: dict[str, Any]) -> str:
@@ -228,7 +225,7 @@ class MilpBackend:
                     SolveStatus.NO_SOLUTION,
                     self.name,
                     time.monotonic() - t0,
-                    detail="the HiGHS worker was still starting at the deadline",
+                    detail=f"the HiGHS worker was still starting at the deadline ({WALL_CLOCK_HIT})",
                 )
             job["time_limit_s"] = max(0.01, deadline - time.monotonic() - KILL_GRACE_S)
             conn.send(job)

@@ -9,7 +9,7 @@ is passed as initial values when the solver supports ``warmStart``.
 
 Determinism: one thread, and a deterministic work limit where the solver has one: a node limit
 (``maxNodes``) of ``NODES_PER_S`` nodes per nominal second of ``params.work_s`` (or of
-``time_limit_s / WALL_SAFETY`` when the caller gives no work budget); for CBC also a fixed
+``time_limit_s / budget.WALL_SAFETY`` when the caller gives no work budget); for CBC also a fixed
 random seed (``randomCbcSeed = params.seed + 1``: CBC reads 0 as "seed from the time of day").
 ``timeLimit`` (the wall clock) is only a safety net; when it ends the search ``detail`` says
 ``wall-clock limit hit``. PuLP reports no bound: an optimal answer gets the bound its relative
@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from optsched.engine.backends.base import SolveParams, SolveResult, SolveStatus, check_extra
+from optsched.engine.budget import default_work_s
 from optsched.engine.formulation import (
     LinearModel,
     build_model,
@@ -67,8 +68,6 @@ NODES_PER_S = 800.0
 thread) on a 2-core machine of the kind the engine runs on, on Venus-size snapshots
 (``optsched generate --size venus --seed 1,2,3,5,7``, the harder pre-class model): 760-1230
 nodes per second after a root node of about 0.03 s."""
-WALL_SAFETY = 1.5
-"""Without ``params.work_s``, the work budget is the wall-clock limit divided by this."""
 WALL_CLOCK_HIT = "wall-clock limit hit"
 GAP_REL = 1e-4
 """Default relative gap, as for the other exact backends."""
@@ -121,9 +120,7 @@ def map_status(status: int, sol_status: int) -> SolveStatus:
 
 def work_s(params: SolveParams) -> float:
     """The deterministic work budget in nominal seconds."""
-    if params.work_s is not None:
-        return max(0.0, params.work_s)
-    return params.time_limit_s / WALL_SAFETY
+    return default_work_s(params.time_limit_s, params.work_s)
 
 
 def solver_class(name: str) -> Any:

@@ -1,0 +1,145 @@
+"""The time budget of one :func:`~optsched.solve_epoch` call: every share of ``time_limit_s``.
+
+A call has two budgets:
+
+* **Deterministic work**, in *nominal seconds*: a pure function of ``time_limit_s`` and of the
+  snapshot's size (never of measured time). Each exact solver turns its share into its own
+  work limit (CP-SAT deterministic time, HiGHS nodes, CBC nodes, the ``milp`` worker's work
+  meter), so the same snapshot gives the same decision from a fresh process or a warm one, on
+  an idle or a loaded machine.
+* **The wall clock**, ``time_limit_s`` from the start of the call: only a safety net. A stage
+  that the net stops gives a deterministic, labelled answer instead (the greedy plan for the
+  epoch's solver, the greedy schedule for look-ahead and workflows), never a time-dependent
+  incumbent (:data:`WALL_CLOCK_FALLBACK`).
+
+:class:`Budget` hands out every share; the constants below are the whole of the rule. How many
+nodes or deterministic-time units a nominal second is belongs to each backend (its
+calibration), not here.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+DEFAULT_TIME_LIMIT_S = 1.0
+"""The time limit when neither the parameters nor the snapshot's options give one."""
+SOLVER_SHARE = 0.6
+"""Share of the time limit that is the solver's nominal deterministic work budget."""
+OVERHEAD_PER_JOB_S = 40e-6
+"""Nominal seconds of fixed stages per job of the snapshot (validation, predictions,
+candidates, decoding, checking), taken from the work budget so large snapshots keep their
+deadline; calibrated in ``docs/benchmarks.md``."""
+MIN_WORK_S = 0.02
+"""The smallest solver work budget, however large the snapshot."""
+RESERVE_FRACTION = 0.1
+"""Share of the time limit kept on the wall clock after the solver (decoding, fill, checking)."""
+RESERVE_PER_JOB_S = 25e-6
+"""Wall seconds kept per job after the solver for decoding, the fill pass and the checker."""
+MIN_SOLVER_WALL_S = 0.005
+"""Below this much wall time left for it, the solver is not started (the greedy plan answers)."""
+WORKFLOW_SHARE = 0.4
+"""Share of the time limit given to the workflow planner when the snapshot has workflows (on
+the wall clock; half of it is the planner's deterministic work)."""
+WORKFLOW_WORK_FRACTION = 0.5
+"""Part of the workflow share that is the planner's deterministic work."""
+LOOKAHEAD_SHARE = 0.05
+"""Share of the time limit given to the look-ahead's CP-SAT slot model as deterministic work."""
+PART_SHARE = 0.7
+"""Share of the time limit each part of a partitioned epoch gets (parts run in parallel; the
+split and the merge use the rest)."""
+WALL_SAFETY = 1.5
+"""A backend called without ``work_s`` (outside :func:`~optsched.solve_epoch`) takes the
+wall-clock limit divided by this as its work budget."""
+WALL_CLOCK_FALLBACK = (
+    "wall clock hit before the deterministic work budget was spent (a loaded machine); "
+    "greedy plan used"
+)
+"""The one label of a solver that the wall clock stopped or left no time for: the same text
+whatever the solver had found by then, so the decision is the same whenever the net fires."""
+
+
+def default_work_s(time_limit_s: float, work_s: float | None) -> float:
+    """A backend's deterministic work budget: ``work_s`` when given, else the wall-clock limit
+    divided by :data:`WALL_SAFETY`."""
+    if work_s is not None:
+        return max(0.0, work_s)
+    return time_limit_s / WALL_SAFETY
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The shares of one call's ``limit_s``, for a snapshot of ``jobs`` jobs.
+
+    Work shares (``*_work_s``) are nominal and never read the clock; wall shares
+    (``*_wall_s``) read it and only ever serve as safety nets.
+    """
+
+    limit_s: float
+    jobs: int = 0
+    workflows: bool = False
+    work_s: float | None = None
+    """An explicit solver work budget (``SolveParams.work_s``) instead of the rule."""
+    t0: float = field(default_factory=time.monotonic)
+
+    @property
+    def deadline(self) -> float:
+        """The call's deadline on ``time.monotonic``'s clock."""
+        return self.t0 + self.limit_s
+
+    def left_s(self) -> float:
+        """Wall seconds left in the call."""
+        return self.deadline - time.monotonic()
+
+    # --- deterministic work (nominal seconds; never the clock) ------------------------------
+
+    @property
+    def solver_work_s(self) -> float:
+        """The solver's work budget: its share of the limit less the nominal cost of the fixed
+        stages for this many jobs (less the workflow planner's share when there is one)."""
+        if self.work_s is not None:
+            return self.work_s
+        share = SOLVER_SHARE * self.limit_s
+        if self.workflows:
+            share -= WORKFLOW_SHARE * self.limit_s
+        return max(MIN_WORK_S, share - OVERHEAD_PER_JOB_S * self.jobs)
+
+    @property
+    def workflow_work_s(self) -> float:
+        """The workflow planner's deterministic work."""
+        return WORKFLOW_WORK_FRACTION * WORKFLOW_SHARE * self.limit_s
+
+    @property
+    def lookahead_work_s(self) -> float:
+        """The look-ahead slot model's deterministic work."""
+        return lookahead_work_s(self.limit_s)
+
+    @property
+    def part_limit_s(self) -> float:
+        """The time limit of each part of a partitioned epoch."""
+        return PART_SHARE * self.limit_s
+
+    # --- the wall clock (safety nets) ---------------------------------------------------------
+
+    @property
+    def reserve_s(self) -> float:
+        """Wall seconds kept after the solver for decoding, the fill pass and the checker."""
+        return RESERVE_FRACTION * self.limit_s + RESERVE_PER_JOB_S * self.jobs
+
+    @property
+    def workflow_wall_s(self) -> float:
+        """Wall seconds held back from the solver for the workflow planner."""
+        return WORKFLOW_SHARE * self.limit_s if self.workflows else 0.0
+
+    def solver_wall_s(self) -> float:
+        """The solver's wall-clock net: what is left less the reserves after it."""
+        return self.left_s() - self.reserve_s - self.workflow_wall_s
+
+    def workflow_left_s(self) -> float:
+        """The workflow planner's wall-clock net: what is left less the reserve."""
+        return max(0.01, self.left_s() - self.reserve_s)
+
+
+def lookahead_work_s(limit_s: float) -> float:
+    """The look-ahead slot model's deterministic work for a call limited to ``limit_s``."""
+    return LOOKAHEAD_SHARE * limit_s

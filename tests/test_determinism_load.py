@@ -1,0 +1,113 @@
+"""Determinism under load: when the wall-clock safety net stops a solver (or leaves it no time),
+the decision is the deterministic greedy plan with one fixed label, whatever the solver had
+found by then, so two runs of the same input give the same decision however loaded the machine.
+
+Load is simulated deterministically: each backend is handed an exhausted wall clock (its net
+fires at once) with a work budget far beyond it, and the engine's own budget is told that no
+wall time is left; no test depends on how fast this machine is."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+import optsched
+from optsched.engine.backends import get_backend
+from optsched.engine.backends.base import SolveParams, SolveResult
+from optsched.engine.budget import WALL_CLOCK_FALLBACK, Budget
+from optsched.engine.check import check_decision
+from optsched.engine.problem import EpochProblem
+from optsched.engine.state import ClusterState, load_state
+from optsched.instances import generate
+from optsched.predict.fallback import EstimatePredictor
+
+PRED = EstimatePredictor()
+EXACT = ["highs", "cpsat", "milp", "pulp"]
+
+
+def _decision(d: optsched.Decision) -> str:
+    """The decision as JSON without its two timing fields (``solver.seconds``, ``stage_seconds``)."""
+    data = json.loads(d.model_dump_json(exclude_none=True))
+    data["solver"].pop("seconds")
+    data["solver"].pop("stage_seconds")
+    return json.dumps(data, sort_keys=True)
+
+
+def _hurry(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """The backend's wall clock is spent before it starts; its deterministic budget is not."""
+    cls = type(get_backend(name))
+    real = cls.solve
+
+    def hurried(self: Any, problem: EpochProblem, params: SolveParams, hint: Any = None) -> SolveResult:
+        return real(self, problem, params.with_(time_limit_s=0.001, work_s=50.0), hint)
+
+    monkeypatch.setattr(cls, "solve", hurried)
+
+
+def _solve(state: ClusterState, backend: str) -> optsched.Decision:
+    return optsched.solve_epoch(state, params=SolveParams(backend=backend, time_limit_s=5.0), predictor=PRED)
+
+
+@pytest.fixture(scope="module")
+def venus() -> ClusterState:
+    return load_state(generate("venus", 7))
+
+
+@pytest.mark.parametrize("name", EXACT)
+def test_a_wall_clock_stop_gives_the_same_labelled_greedy_plan_every_time(
+    name: str, venus: ClusterState, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    greedy = _solve(venus, "greedy")
+    _hurry(monkeypatch, name)
+    first, second = _solve(venus, name), _solve(venus, name)
+    assert _decision(first) == _decision(second)
+    assert first.status == "fallback"
+    assert first.solver.backend == "greedy"
+    assert first.solver.fallback_reason == WALL_CLOCK_FALLBACK
+    assert first.solver.status_detail is None and first.solver.bound is None
+    assert check_decision(venus, first) == []
+    # the plan is the greedy backend's, whatever the solver had found when it was stopped
+    for field in ("start", "preempt", "resize", "loans", "queue"):
+        assert getattr(first, field) == getattr(greedy, field), field
+
+
+def test_no_wall_time_left_and_a_stopped_solver_give_one_decision(
+    venus: ClusterState, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the two ways the net fires on a loaded machine (before the solver starts, or during its
+    # search) must not be told apart by the decision either
+    with monkeypatch.context() as m:
+        _hurry(m, "highs")
+        stopped = _solve(venus, "highs")
+    with monkeypatch.context() as m:
+        m.setattr(Budget, "solver_wall_s", lambda self: 0.0)
+        no_time = _solve(venus, "highs")
+    assert no_time.solver.fallback_reason == WALL_CLOCK_FALLBACK
+    assert _decision(no_time) == _decision(stopped)
+
+
+def test_a_solver_within_its_work_budget_is_not_the_fallback(venus: ClusterState) -> None:
+    # the other side of the rule: with wall time to spare (a limit no load reaches, the default
+    # limit's work budget) the exact answer stands
+    work = Budget(1.0, len(venus.snapshot.jobs)).solver_work_s
+    params = SolveParams(backend="highs", time_limit_s=300.0, work_s=work)
+    d = optsched.solve_epoch(venus, params=params, predictor=PRED)
+    assert d.status in ("optimal", "feasible")
+    assert d.solver.backend == "highs" and d.solver.fallback_reason is None
+
+
+def test_the_budget_hands_out_shares_of_the_limit_without_the_clock() -> None:
+    b = Budget(2.0, jobs=1000, workflows=False, t0=0.0)
+    assert b.deadline == 2.0
+    assert b.solver_work_s == pytest.approx(0.6 * 2.0 - 40e-6 * 1000)
+    assert b.reserve_s == pytest.approx(0.1 * 2.0 + 25e-6 * 1000)
+    assert b.workflow_wall_s == 0.0
+    assert b.part_limit_s == pytest.approx(1.4)
+    assert b.lookahead_work_s == pytest.approx(0.1)
+    wf = Budget(2.0, jobs=1000, workflows=True, t0=0.0)
+    assert wf.solver_work_s == pytest.approx((0.6 - 0.4) * 2.0 - 40e-6 * 1000)
+    assert wf.workflow_wall_s == pytest.approx(0.8) and wf.workflow_work_s == pytest.approx(0.4)
+    assert Budget(1.0, jobs=10**6, t0=0.0).solver_work_s == 0.02  # never below the floor
+    assert Budget(1.0, work_s=3.0, t0=0.0).solver_work_s == 3.0  # an explicit budget wins
