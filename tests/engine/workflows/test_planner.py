@@ -6,11 +6,11 @@ import time
 
 import pytest
 
+from optsched.engine.workflows.check import check_workflow_plan
+from optsched.engine.workflows.planner import PlannerConfig, plan_workflows
 from optsched.schema.decision import WorkflowPlan
-from optsched.workflows.baselines import ALL_POLICIES, get_policy
-from optsched.workflows.check import check_workflow_plan
-from optsched.workflows.planner import PlannerConfig, plan_workflows
-from tests.workflows.conftest import random_snapshot
+from optsched.sim.workflows.baselines import ALL_POLICIES, get_policy
+from tests.engine.workflows.conftest import random_snapshot
 
 
 @pytest.mark.parametrize("seed", range(6))
