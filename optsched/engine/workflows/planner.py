@@ -227,7 +227,7 @@ def _solve_window(
         if not opts:
             return None
         m.add(sum(opts) == sel[i])
-    for k in window:
+    for k in sorted(window):
         m.add_exactly_one(sel[i] for i, c in enumerate(cands) if c.session == k[0] and k[1] in c.members)
     # precedence
     holders: dict[ActKey, list[int]] = {}
