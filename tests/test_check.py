@@ -308,7 +308,7 @@ def test_violation_names_and_text() -> None:
 
 def test_violation_is_one_class_everywhere() -> None:
     from optsched.engine import violations
-    from optsched.workflows import check as wf_check
+    from optsched.engine.workflows import check as wf_check
 
     assert check_module.Violation is violations.Violation
     assert wf_check.Violation is violations.Violation

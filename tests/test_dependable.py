@@ -161,7 +161,7 @@ WORKFLOW = INSTANCES / "workflows" / "mapreduce_seed1.json"
 
 
 def test_workflow_planner_that_raises_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
-    from optsched.workflows import planner
+    from optsched.engine.workflows import planner
 
     def boom(*args: Any, **kwargs: Any) -> WorkflowPlan:
         raise RuntimeError("planner exploded")
@@ -177,7 +177,7 @@ def test_workflow_planner_that_raises_falls_back(monkeypatch: pytest.MonkeyPatch
 
 
 def test_workflow_plan_that_fails_invariant_6_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
-    from optsched.workflows import planner
+    from optsched.engine.workflows import planner
 
     def broken(*args: Any, **kwargs: Any) -> WorkflowPlan:
         unit = Unit(

@@ -95,7 +95,7 @@ def test_partitioned_epoch_on_ray_equals_serial(local_ray: None) -> None:
 
 def test_workflow_experiment_on_ray_equals_sequential(local_ray: None) -> None:
     from optsched.sim.sweep import run_workflow_experiment
-    from optsched.workflows.experiment import Experiment, run_experiment
+    from optsched.sim.workflows.experiment import Experiment, run_experiment
 
     exp = Experiment(scenario="react", arrivals="poisson", policies=("fcfs-lru", "heft"), seeds=(0, 1),
                      sessions=3, window_s=20.0)

@@ -33,7 +33,7 @@ def _loaded_after(code: str) -> set[str]:
         "import optsched",
         "import optsched.cli",
         "from optsched.cli import app, main",
-        "import optsched.sim, optsched.predict, optsched.workflows",
+        "import optsched.sim, optsched.predict, optsched.engine.workflows, optsched.sim.workflows",
     ],
 )
 def test_import_loads_no_heavy_library(code: str) -> None:
@@ -53,5 +53,5 @@ def test_help_of_every_command_group_loads_no_heavy_library() -> None:
 
 
 def test_ortools_loads_when_a_workflow_plan_is_solved_not_before() -> None:
-    code = "import optsched.workflows.planner, optsched.workflows.baselines"
+    code = "import optsched.engine.workflows.planner, optsched.sim.workflows.baselines"
     assert "ortools" not in _loaded_after(code)

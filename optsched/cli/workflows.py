@@ -24,13 +24,13 @@ from optsched.cli.common import (
     require,
     write_atomic,
 )
-from optsched.workflows.names import ALL_POLICIES, ARRIVALS, SCENARIOS
+from optsched.sim.workflows.names import ALL_POLICIES, ARRIVALS, SCENARIOS
 
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.progress import Progress
 
-    from optsched.workflows.experiment import Experiment
+    from optsched.sim.workflows.experiment import Experiment
 
 app = typer.Typer(
     help="Multi-agent LLM workflow planning: simulate, compare, calibrate.", no_args_is_help=True
@@ -103,9 +103,9 @@ def _experiment(
     if planner_time_s >= epoch_s:
         fail("--planner-time-s", "must be below --epoch-s")
     names, seed_list = _names(policies), _ints(seeds)
-    from optsched.workflows.experiment import Experiment
-    from optsched.workflows.planner import PlannerConfig
-    from optsched.workflows.sim import SimConfig
+    from optsched.engine.workflows.planner import PlannerConfig
+    from optsched.sim.workflows.experiment import Experiment
+    from optsched.sim.workflows.sim import SimConfig
 
     if arrivals == "azure-code":
         traces = _traces_dir(traces)
@@ -171,7 +171,7 @@ def simulate(
     ),
 ) -> None:
     """Simulate policies x seeds; write summary.json, summary.md and PNG plots to OUT."""
-    from optsched.workflows.experiment import run_experiment, write_outputs
+    from optsched.sim.workflows.experiment import run_experiment, write_outputs
 
     exp = _experiment(
         scenario,
@@ -226,7 +226,7 @@ def sweep_load(
     window: int = WINDOW,
 ) -> None:
     """The comparison at several model-loading times (sub-second to tens of seconds)."""
-    from optsched.workflows.experiment import load_sweep, sweep_markdown
+    from optsched.sim.workflows.experiment import load_sweep, sweep_markdown
 
     exp = _experiment(
         scenario,
@@ -263,11 +263,11 @@ def offline(
     time_limit_s: float = typer.Option(30.0),
 ) -> None:
     """Small noise-free cases: each policy's makespan against the CP-SAT offline optimum."""
-    from optsched.workflows.baselines import get_policy
-    from optsched.workflows.offline import offline_bound
-    from optsched.workflows.sim import SimConfig, Simulator
-    from optsched.workflows.workloads import arrivals as make_arrivals
-    from optsched.workflows.workloads import make_sessions
+    from optsched.sim.workflows.baselines import get_policy
+    from optsched.sim.workflows.offline import offline_bound
+    from optsched.sim.workflows.sim import SimConfig, Simulator
+    from optsched.sim.workflows.workloads import arrivals as make_arrivals
+    from optsched.sim.workflows.workloads import make_sessions
 
     if scenario not in SCENARIOS:
         fail("--scenario", f"unknown scenario '{scenario}'; choose from {', '.join(SCENARIOS)}")
@@ -304,7 +304,12 @@ def joint(
     lending: str = typer.Option("{}", help="extra pool_lending fields as JSON, e.g. '{\"max_size\": 16}'"),
 ) -> None:
     """Joint serving pool vs fixed split: mini-trace training load plus Azure-code bursts."""
-    from optsched.workflows.joint import JointConfig, JointExperiment, joint_markdown, run_joint_experiment
+    from optsched.sim.workflows.joint import (
+        JointConfig,
+        JointExperiment,
+        joint_markdown,
+        run_joint_experiment,
+    )
 
     names = _names(policies)
     base = _names(baselines, "--baselines")
@@ -348,11 +353,11 @@ def joint(
 @app.command()
 def calibrate(
     traces: Path | None = TRACES,
-    out: Path = typer.Option(Path("optsched/workflows/data/predictor_coeffs.json")),
+    out: Path = typer.Option(Path("optsched/predict/data/predictor_coeffs.json")),
     seed: int = 0,
 ) -> None:
     """Refit the predictor's coefficient table from the traces and print its held-out card."""
-    from optsched.workflows.calibrate import calibrate as fit
+    from optsched.predict.activation_calibrate import calibrate as fit
 
     check_out_file(out, "--out")
     table = fit(_traces_dir(traces), seed=seed)

@@ -39,7 +39,7 @@
 ==  ==================  =================================================  =============================
 
 With lent pool GPUs or a ``pool`` decision, invariants 1-8 are checked on the cluster as the
-pool decision leaves it (``optsched.workflows.check.effective_state``: lent GPUs are pool GPUs
+pool decision leaves it (``optsched.engine.workflows.check.effective_state``: lent GPUs are pool GPUs
 and count in their lender's quota as use).
 
 Invariant 7 (bad input is rejected) is checked when the snapshot is read
@@ -58,14 +58,14 @@ from optsched.engine.lookahead import remaining_s
 from optsched.engine.quota_tree import group_flows
 from optsched.engine.state import ClusterState, GpuKey
 from optsched.engine.violations import INVARIANT_NAMES, Violation
-from optsched.schema.decision import Decision, PreemptReason, ResizeReason
-from optsched.schema.snapshot import GpuRef, Job
-from optsched.workflows.check import (
+from optsched.engine.workflows.check import (
     check_pool_decision,
     check_workflow_plan,
     effective_state,
     lent_devices,
 )
+from optsched.schema.decision import Decision, PreemptReason, ResizeReason
+from optsched.schema.snapshot import GpuRef, Job
 
 __all__ = [
     "INVARIANT_NAMES",

@@ -440,18 +440,18 @@ def _cluster_decision(ep: _Epoch, params: SolveParams, budget: Budget) -> Decisi
 
 
 def _decide_pool(state: ClusterState) -> PoolDecision | None:
-    """The serving pool's size for this epoch (``optsched.workflows.pool``); ``None`` when the
+    """The serving pool's size for this epoch (``optsched.engine.workflows.pool``); ``None`` when the
     snapshot neither allows lending nor holds lent pool GPUs."""
     wf = state.snapshot.workflows
     if wf is None or (wf.pool_lending is None and not any(d.lent_by for d in wf.pool)):
         return None
-    from optsched.workflows.pool import decide_pool
+    from optsched.engine.workflows.pool import decide_pool
 
     return decide_pool(state)
 
 
 def _effective_state(state: ClusterState, pool: PoolDecision) -> ClusterState:
-    from optsched.workflows.check import effective_state
+    from optsched.engine.workflows.check import effective_state
 
     return effective_state(state, pool)
 
@@ -463,8 +463,8 @@ class _Rejected(Exception):
 def _attach_workflows(ep: _Epoch, decision: Decision, params: SolveParams, budget: Budget) -> None:
     """Plan the workflow part, check it with its own checker and fallback, and report the
     worse of the two parts' statuses at the top."""
-    from optsched.workflows.check import check_workflow_plan
-    from optsched.workflows.planner import plan_workflows
+    from optsched.engine.workflows.check import check_workflow_plan
+    from optsched.engine.workflows.planner import plan_workflows
 
     t = time.monotonic()
     try:

@@ -1,7 +1,7 @@
 """One broken invariant of a decision, named as ``docs/snapshot-format.md`` names it.
 
 Kept apart from :mod:`optsched.engine.check` so that the workflow-plan checker
-(:mod:`optsched.workflows.check`) and the decision checker can both use it without importing
+(:mod:`optsched.engine.workflows.check`) and the decision checker can both use it without importing
 each other.
 """
 

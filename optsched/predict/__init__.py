@@ -5,6 +5,10 @@ The engine asks a :class:`~optsched.predict.base.Predictor` for its coefficients
 and ``lightgbm`` are present, and otherwise the documented fallback
 (:class:`~optsched.predict.fallback.EstimatePredictor`), saying so in every prediction's
 ``source``.
+
+The workflow stage predicts LLM activations (latency, memory, model loading) with
+:class:`~optsched.predict.activation.ActivationPredictor`, fitted by
+:mod:`optsched.predict.activation_calibrate`.
 """
 
 from optsched.predict.base import JobEstimate, PairEstimate, Predictions, Predictor

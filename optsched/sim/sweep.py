@@ -36,8 +36,8 @@ from optsched.sim.runner import RunSpec, run_dir, run_one, save_log, summary
 from optsched.sim.trace import DEFAULT_QOS_DELAY_S, GuaranteeRule
 
 if TYPE_CHECKING:
-    from optsched.workflows.experiment import Experiment
-    from optsched.workflows.sim import SimResult
+    from optsched.sim.workflows.experiment import Experiment
+    from optsched.sim.workflows.sim import SimResult
 
 DEFAULT_RETRIES = 2
 
@@ -362,9 +362,9 @@ def run_sweep(
 
 
 def _workflow_replay(exp: Experiment, name: str, seed: int) -> SimResult:
-    from optsched.workflows.baselines import get_policy
-    from optsched.workflows.sim import Simulator
-    from optsched.workflows.workloads import arrivals, make_sessions
+    from optsched.sim.workflows.baselines import get_policy
+    from optsched.sim.workflows.sim import Simulator
+    from optsched.sim.workflows.workloads import arrivals, make_sessions
 
     arr = arrivals(exp.arrivals, exp.sessions, exp.window_s, seed, exp.traces)
     sessions = make_sessions(exp.scenario, list(arr), seed)
@@ -380,7 +380,7 @@ def run_workflow_experiment(
     retries: int = DEFAULT_RETRIES,
 ) -> tuple[dict[str, Any], dict[tuple[str, int], SimResult], list[Failure]]:
     """``run_experiment`` with every (policy, seed) as a Ray task (same summary)."""
-    from optsched.workflows.experiment import summarize as wf_summarize
+    from optsched.sim.workflows.experiment import summarize as wf_summarize
 
     tasks = [
         ((name, seed), _workflow_replay, (exp, name, seed)) for seed in exp.seeds for name in exp.policies

@@ -16,7 +16,7 @@ stay), *load ahead* (start loading before the device is free, as soon as memory 
 seconds (:attr:`Problem.load`) and the idle-resident GPU-seconds it implies.
 
 The records it reads and writes, :class:`Act` (a pending activation) and :class:`Cand` (one
-alternative), live here; :mod:`optsched.workflows.problem` builds them into a ``Problem``.
+alternative), live here; :mod:`optsched.engine.workflows.problem` builds them into a ``Problem``.
 """
 
 from __future__ import annotations

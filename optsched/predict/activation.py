@@ -13,8 +13,8 @@ Form (one GPU per device, batch of one request unless fused):
 * ``peak_memory_gib = weights + KV(in + out)``;
 * ``load_s = load_fixed_s + weight_gb / load_gb_s[loader]`` (ServerlessLLM measurements).
 
-The coefficients come from :func:`optsched.workflows.calibrate.calibrate` and ship as
-``optsched/workflows/data/predictor_coeffs.json``; types measured in the Vidur tables use their
+The coefficients come from :func:`optsched.predict.activation_calibrate.calibrate` and ship as
+``optsched/predict/data/predictor_coeffs.json``; types measured in the Vidur tables use their
 fitted coefficients (``source="table"``), others a roofline from their specs scaled by the mean
 measured efficiency (``source="roofline"``).
 """
@@ -144,6 +144,6 @@ def resolve_type(name: str, known: tuple[str, ...]) -> str:
 
 @lru_cache(maxsize=1)
 def _shipped_table() -> dict[str, Any]:
-    text = resources.files("optsched.workflows").joinpath("data/predictor_coeffs.json").read_text()
+    text = resources.files("optsched.predict").joinpath("data/predictor_coeffs.json").read_text()
     data: dict[str, Any] = json.loads(text)
     return data

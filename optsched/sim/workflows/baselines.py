@@ -1,6 +1,6 @@
 """Baseline policies behind the planner's interface ``(state, time_limit_s, seed) -> plan``.
 
-All are list schedulers (:mod:`optsched.workflows.greedy`) over the same predictor, differing
+All are list schedulers (:mod:`optsched.engine.workflows.greedy`) over the same predictor, differing
 in the order of ready units, placement, eviction and load timing; none fuses activations or
 loads ahead (that is what the planner adds):
 
@@ -15,7 +15,7 @@ loads ahead (that is what the planner adds):
 * ``autellix`` — Autellix-like program-level least-attained-service: the session with the
   least service so far goes first, earliest-finish placement;
 * ``greedy`` — the planner's own greedy (fusion, load-ahead, SRPT sessions) without CP-SAT;
-* ``cpsat`` — the planner (:func:`optsched.workflows.planner.plan_workflows`).
+* ``cpsat`` — the planner (:func:`optsched.engine.workflows.planner.plan_workflows`).
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from optsched.engine.state import ClusterState
+from optsched.engine.workflows.greedy import OURS_GREEDY, ListPolicy, list_schedule
+from optsched.engine.workflows.planner import PlannerConfig, plan_workflows
+from optsched.engine.workflows.problem import build_workflow_problem
 from optsched.schema.decision import WorkflowPlan
-from optsched.workflows.greedy import OURS_GREEDY, ListPolicy, list_schedule
-from optsched.workflows.names import ALL_POLICIES
-from optsched.workflows.planner import PlannerConfig, plan_workflows
-from optsched.workflows.problem import build_workflow_problem
+from optsched.sim.workflows.names import ALL_POLICIES
 
 Policy = Callable[[ClusterState, float, int], WorkflowPlan]
 

@@ -11,12 +11,12 @@ from optsched.engine.backends.base import SolveParams
 from optsched.engine.check import check_decision
 from optsched.engine.epoch import solve_epoch
 from optsched.engine.state import load_state
+from optsched.engine.workflows.check import check_pool_decision, effective_state
+from optsched.engine.workflows.pool import backlog, decide_pool
 from optsched.errors import SnapshotError
 from optsched.schema.decision import Decision, PoolLoan, PoolReturn
 from optsched.schema.snapshot import GpuRef
-from optsched.workflows.check import check_pool_decision, effective_state
-from optsched.workflows.pool import backlog, decide_pool
-from optsched.workflows.workloads import MODELS
+from optsched.sim.workflows.workloads import MODELS
 
 NOW = 1000.0
 PARAMS = SolveParams(backend="greedy", time_limit_s=2.0, seed=0)

@@ -1,6 +1,6 @@
 """Joint pool experiment: a Venus-like training cluster and Azure-code workflow bursts.
 
-:class:`JointSimulator` runs the workflow simulator (:mod:`optsched.workflows.sim`) next to a
+:class:`JointSimulator` runs the workflow simulator (:mod:`optsched.sim.workflows.sim`) next to a
 training cluster replayed from the shipped mini trace (``optsched/sim/data``, a synthetic
 Venus-like job log: 64 GPUs, five tenants with quotas 24/16/8/8/8 and imbalanced load). Every
 ``cluster_epoch_s`` it writes one format-1 snapshot of both workloads (cluster nodes, tenants,
@@ -36,8 +36,8 @@ from optsched.engine.epoch import solve_epoch
 from optsched.engine.state import ClusterState
 from optsched.schema.decision import Decision, WorkflowPlan
 from optsched.sim.trace import Trace, TraceJob, load_trace
-from optsched.workflows.sim import Policy, SimResult, Simulator, _Dev
-from optsched.workflows.workloads import SessionSpec
+from optsched.sim.workflows.sim import Policy, SimResult, Simulator, _Dev
+from optsched.sim.workflows.workloads import SessionSpec
 
 Mode = Literal["fixed", "joint"]
 
@@ -318,10 +318,10 @@ def fluid_makespan_bound(sessions: list[SessionSpec], pool_speed: float) -> floa
     on the reference GPU; seconds from the first arrival."""
     import networkx as nx
 
-    from optsched.workflows.pool import REF_TYPE
-    from optsched.workflows.predictor import ActivationPredictor
-    from optsched.workflows.problem import model_spec
-    from optsched.workflows.workloads import MODELS
+    from optsched.engine.workflows.pool import REF_TYPE
+    from optsched.engine.workflows.problem import model_spec
+    from optsched.predict.activation import ActivationPredictor
+    from optsched.sim.workflows.workloads import MODELS
 
     pred = ActivationPredictor.default()
     specs = {m.name: model_spec(m.params_b, m.memory_gib) for m in MODELS}
@@ -368,9 +368,9 @@ def run_joint_experiment(exp: JointExperiment, progress: Any = None) -> dict[str
     """Every (arm, policy, seed); the summary dict (means over seeds and per seed)."""
     from dataclasses import replace
 
-    from optsched.workflows.baselines import get_policy
-    from optsched.workflows.sim import SimConfig
-    from optsched.workflows.workloads import POOL, arrivals, make_sessions
+    from optsched.sim.workflows.baselines import get_policy
+    from optsched.sim.workflows.sim import SimConfig
+    from optsched.sim.workflows.workloads import POOL, arrivals, make_sessions
 
     sim_cfg = SimConfig(planner_time_s=exp.planner_time_s)
     trace = load_trace("mini")
@@ -410,16 +410,16 @@ def run_joint_experiment(exp: JointExperiment, progress: Any = None) -> dict[str
 
 def type_speed_of(gtype: str) -> float:
     """Workflow speed of one GPU of ``gtype`` relative to h100 (``pool.type_speed``)."""
-    from optsched.workflows.pool import type_speed
+    from optsched.engine.workflows.pool import type_speed
 
     return type_speed(gtype)
 
 
 def _work(sessions: list[SessionSpec]) -> float:
-    from optsched.workflows.pool import REF_TYPE
-    from optsched.workflows.predictor import ActivationPredictor
-    from optsched.workflows.problem import model_spec
-    from optsched.workflows.workloads import MODELS
+    from optsched.engine.workflows.pool import REF_TYPE
+    from optsched.engine.workflows.problem import model_spec
+    from optsched.predict.activation import ActivationPredictor
+    from optsched.sim.workflows.workloads import MODELS
 
     pred = ActivationPredictor.default()
     specs = {m.name: model_spec(m.params_b, m.memory_gib) for m in MODELS}

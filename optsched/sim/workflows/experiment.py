@@ -10,11 +10,11 @@ from typing import Any
 
 import numpy as np
 
-from optsched.workflows.baselines import get_policy
-from optsched.workflows.names import BASELINES
-from optsched.workflows.planner import PlannerConfig
-from optsched.workflows.sim import SimConfig, SimResult, Simulator
-from optsched.workflows.workloads import arrivals, make_sessions
+from optsched.engine.workflows.planner import PlannerConfig
+from optsched.sim.workflows.baselines import get_policy
+from optsched.sim.workflows.names import BASELINES
+from optsched.sim.workflows.sim import SimConfig, SimResult, Simulator
+from optsched.sim.workflows.workloads import arrivals, make_sessions
 
 METRICS = (
     "makespan_s",
@@ -247,9 +247,9 @@ def load_sweep(
     exp: Experiment, speedups: Sequence[float], progress: Callable[[str], None] | None = None
 ) -> dict[str, Any]:
     """The comparison at several loading bandwidths (sub-second to tens of seconds)."""
-    from optsched.workflows.predictor import ActivationPredictor
-    from optsched.workflows.problem import model_spec
-    from optsched.workflows.workloads import MODELS
+    from optsched.engine.workflows.problem import model_spec
+    from optsched.predict.activation import ActivationPredictor
+    from optsched.sim.workflows.workloads import MODELS
 
     pred = ActivationPredictor.default()
     rows = []

@@ -12,11 +12,11 @@ import typer
 from typer.testing import CliRunner
 
 from optsched.cli.workflows import register
-from optsched.workflows.baselines import ALL_POLICIES, get_policy
-from optsched.workflows.offline import offline_bound
-from optsched.workflows.planner import PlannerConfig
-from optsched.workflows.sim import SimConfig, Simulator
-from optsched.workflows.workloads import (
+from optsched.engine.workflows.planner import PlannerConfig
+from optsched.sim.workflows.baselines import ALL_POLICIES, get_policy
+from optsched.sim.workflows.offline import offline_bound
+from optsched.sim.workflows.sim import SimConfig, Simulator
+from optsched.sim.workflows.workloads import (
     MODELS,
     SCENARIOS,
     arrivals,

@@ -1,7 +1,7 @@
-"""Fit the predictor's coefficient table from the public traces (never shipped raw).
+"""Fit the activation predictor's coefficient table from the public traces (never shipped raw).
 
 Run ``optsched workflows calibrate --traces DIR`` (or :func:`calibrate`) to regenerate
-``optsched/workflows/data/predictor_coeffs.json``. Sources (see the traces' README):
+``optsched/predict/data/predictor_coeffs.json``. Sources (see the traces' README):
 
 * ``vidur_profiling/linear_ops_latency_summary.csv`` — per-GPU (A40, A100, H100) non-attention
   layer latency at TP 1: decode (1 token) fits ``dec_fixed_ms + dec_ms_per_gb * weight_gb``,

@@ -5,8 +5,8 @@ part, on the snapshot's ``workflows.pool_lending`` rules and its lent pool GPUs
 (``Device.lent_by``). It weighs the workflow backlog's marginal value of one more pool GPU
 against the cluster value of that GPU and returns a :class:`PoolDecision`; the cluster part
 and the workflow planner then see the pool it leaves
-(:func:`optsched.workflows.check.effective_state`), and invariant 9
-(:func:`optsched.workflows.check.check_pool_decision`) checks it.
+(:func:`optsched.engine.workflows.check.effective_state`), and invariant 9
+(:func:`optsched.engine.workflows.check.check_pool_decision`) checks it.
 
 **Backlog and drain time (fluid).** ``W`` = the predicted seconds, on the reference GPU
 (``h100``, speed 1), of every pending activation run alone (no fusion), plus the running work
@@ -60,11 +60,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from optsched.engine.state import ClusterState, GpuKey
+from optsched.engine.workflows.check import lent_devices, model_load_s
+from optsched.engine.workflows.problem import model_spec
+from optsched.predict.activation import ActivationPredictor, ModelSpec
 from optsched.schema.decision import PoolDecision, PoolLoan, PoolReturn
 from optsched.schema.snapshot import GpuRef, Job
-from optsched.workflows.check import lent_devices, model_load_s
-from optsched.workflows.predictor import ActivationPredictor, ModelSpec
-from optsched.workflows.problem import model_spec
 
 REF_TYPE = "h100"
 """The reference GPU type (speed 1.0) of backlog work."""

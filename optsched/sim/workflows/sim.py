@@ -30,12 +30,12 @@ from typing import Any
 import numpy as np
 
 from optsched.engine.state import ClusterState
+from optsched.engine.workflows.check import check_workflow_plan
+from optsched.engine.workflows.problem import model_spec, unit_seconds
+from optsched.predict.activation import ActivationPredictor, ModelSpec
 from optsched.schema.decision import Unit, WorkflowPlan
 from optsched.schema.snapshot import Snapshot
-from optsched.workflows.check import check_workflow_plan
-from optsched.workflows.predictor import ActivationPredictor, ModelSpec
-from optsched.workflows.problem import model_spec, unit_seconds
-from optsched.workflows.workloads import MODELS, POOL, SessionSpec
+from optsched.sim.workflows.workloads import MODELS, POOL, SessionSpec
 
 Policy = Callable[[ClusterState, float, int], WorkflowPlan]
 """(state, time limit in seconds, seed) -> plan."""

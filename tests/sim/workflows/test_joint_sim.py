@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from optsched.workflows.baselines import get_policy
-from optsched.workflows.joint import JointConfig, JointResult, JointSimulator, _work, fluid_makespan_bound
-from optsched.workflows.sim import SimConfig
-from optsched.workflows.workloads import arrivals, make_sessions
+from optsched.sim.workflows.baselines import get_policy
+from optsched.sim.workflows.joint import JointConfig, JointResult, JointSimulator, _work, fluid_makespan_bound
+from optsched.sim.workflows.sim import SimConfig
+from optsched.sim.workflows.workloads import arrivals, make_sessions
 
 
 def _run(mode: str) -> tuple[JointSimulator, JointResult]:

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 from optsched.engine.state import ClusterState, load_state
+from optsched.engine.workflows.check import check_workflow_plan, model_load_s
 from optsched.schema.decision import ModelAction, Unit, WorkflowPlan
 from optsched.schema.snapshot import GpuRef
-from optsched.workflows.check import check_workflow_plan, model_load_s
 
 
 def _snapshot() -> dict[str, Any]:

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from optsched.engine.state import load_state
-from optsched.workflows.check import check_workflow_plan
-from optsched.workflows.planner import PlannerConfig, plan_workflows
+from optsched.engine.workflows.check import check_workflow_plan
+from optsched.engine.workflows.planner import PlannerConfig, plan_workflows
 
-FILES = sorted((Path(__file__).parents[2] / "instances" / "workflows").glob("*.json"))
+FILES = sorted((Path(__file__).parents[3] / "instances" / "workflows").glob("*.json"))
 
 
 def test_instances_exist() -> None:

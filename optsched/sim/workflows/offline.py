@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from optsched.engine.state import ClusterState
+from optsched.engine.workflows.greedy import OURS_GREEDY, list_schedule
+from optsched.engine.workflows.planner import SCALE, PlannerConfig, _solve_window
+from optsched.engine.workflows.problem import _forecast, build_workflow_problem
 from optsched.schema.decision import WorkflowPlan
-from optsched.workflows.greedy import OURS_GREEDY, list_schedule
-from optsched.workflows.planner import SCALE, PlannerConfig, _solve_window
-from optsched.workflows.problem import _forecast, build_workflow_problem
-from optsched.workflows.sim import SimConfig, Simulator
-from optsched.workflows.workloads import SessionSpec
+from optsched.sim.workflows.sim import SimConfig, Simulator
+from optsched.sim.workflows.workloads import SessionSpec
 
 
 @dataclass(frozen=True)

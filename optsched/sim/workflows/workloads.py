@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from optsched.workflows.names import ARRIVALS, SCENARIOS
+from optsched.sim.workflows.names import ARRIVALS, SCENARIOS
 
 
 @dataclass(frozen=True)
@@ -139,7 +139,7 @@ def debate(rng: np.random.Generator) -> list[dict[str, Any]]:
 
 @lru_cache(maxsize=1)
 def taskbench_graph() -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
-    text = resources.files("optsched.workflows").joinpath("data/taskbench_hf_graph.json")
+    text = resources.files("optsched.sim.workflows").joinpath("data/taskbench_hf_graph.json")
     g = json.loads(text.read_text())
     return tuple(g["nodes"]), tuple((a, b) for a, b in g["links"])
 

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from optsched.engine.state import ClusterState, load_state
-from optsched.workflows.workloads import MODELS, make_sessions
+from optsched.sim.workflows.workloads import MODELS, make_sessions
 
 
 def random_snapshot(

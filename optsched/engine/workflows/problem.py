@@ -2,7 +2,7 @@
 
 :func:`build_workflow_problem` turns the ``workflows`` part of a snapshot into index-friendly
 records: pool devices (type, memory, when free, resident models), pending activations with
-their dependencies, the constructor's unit alternatives (:mod:`optsched.workflows.construct`)
+their dependencies, the constructor's unit alternatives (:mod:`optsched.engine.workflows.construct`)
 and the predicted duration of every alternative on every GPU type. It also propagates the DAGs
 (networkx) to forecast readiness (``release``), upward ranks and future model demand.
 """
@@ -13,9 +13,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from optsched.engine.state import ClusterState, GpuKey
-from optsched.workflows.check import device_free_at, model_load_s
-from optsched.workflows.construct import Act, ActKey, Cand, alternatives
-from optsched.workflows.predictor import GIB_TO_GB, KV_RESERVE, ActivationPredictor, ModelSpec
+from optsched.engine.workflows.check import device_free_at, model_load_s
+from optsched.engine.workflows.construct import Act, ActKey, Cand, alternatives
+from optsched.predict.activation import GIB_TO_GB, KV_RESERVE, ActivationPredictor, ModelSpec
 
 
 @dataclass

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from optsched.workflows.calibrate import calibrate
-from optsched.workflows.predictor import ActivationPredictor, ModelSpec, resolve_type
+from optsched.predict.activation import ActivationPredictor, ModelSpec, resolve_type
+from optsched.predict.activation_calibrate import calibrate
 
 SPEC_8B = ModelSpec(params_b=8.0, memory_gib=18.5)
 SPEC_70B = ModelSpec(params_b=70.6, memory_gib=43.0)

@@ -2,9 +2,9 @@ r"""The workflow planner: one CP-SAT model per epoch over a rolling window, gree
 
 :func:`plan_workflows` is what :func:`optsched.engine.epoch.solve_epoch` calls. Steps:
 
-1. :func:`~optsched.workflows.problem.build_workflow_problem` — predictor, constructor (fusion
+1. :func:`~optsched.engine.workflows.problem.build_workflow_problem` — predictor, constructor (fusion
    alternatives), DAG forecast (release times, ranks, model demand).
-2. The greedy list schedule (:data:`~optsched.workflows.greedy.OURS_GREEDY`: shortest remaining
+2. The greedy list schedule (:data:`~optsched.engine.workflows.greedy.OURS_GREEDY`: shortest remaining
    session work first, earliest finish with setup, load-ahead, demand-aware eviction). It is
    the fallback and the CP-SAT hint.
 3. The *window*: the first ``window`` activations of the greedy order (closed under
@@ -45,9 +45,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from optsched.engine.state import ClusterState
-from optsched.schema.decision import WorkflowPlan
-from optsched.workflows.check import check_workflow_plan
-from optsched.workflows.greedy import (
+from optsched.engine.workflows.check import check_workflow_plan
+from optsched.engine.workflows.greedy import (
     OURS_GREEDY,
     DevState,
     ListPolicy,
@@ -55,8 +54,9 @@ from optsched.workflows.greedy import (
     Schedule,
     list_schedule,
 )
-from optsched.workflows.predictor import ActivationPredictor
-from optsched.workflows.problem import ActKey, Cand, Problem, build_workflow_problem
+from optsched.engine.workflows.problem import ActKey, Cand, Problem, build_workflow_problem
+from optsched.predict.activation import ActivationPredictor
+from optsched.schema.decision import WorkflowPlan
 
 SCALE = 100
 """CP-SAT time unit: 1/100 s."""
@@ -227,7 +227,7 @@ def _solve_window(
         if not opts:
             return None
         m.add(sum(opts) == sel[i])
-    for k in window:
+    for k in sorted(window):
         m.add_exactly_one(sel[i] for i, c in enumerate(cands) if c.session == k[0] and k[1] in c.members)
     # precedence
     holders: dict[ActKey, list[int]] = {}

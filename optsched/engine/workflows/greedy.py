@@ -17,9 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from optsched.engine.workflows.problem import ActKey, Cand, Dev, Problem
 from optsched.schema.decision import ModelAction, Unit, WorkflowPlan
 from optsched.schema.snapshot import GpuRef
-from optsched.workflows.problem import ActKey, Cand, Dev, Problem
 
 Order = Literal["fcfs", "heft", "peft", "las", "srpt", "aged", "lasrank", "lst"]
 Placement = Literal["eft", "est", "first_free", "peft"]
