@@ -132,7 +132,7 @@ def test_service_refuses_a_huge_node_with_422(tmp_path: Path) -> None:
         (
             lambda s: s["jobs"][1].update(min_gpus=1, max_gpus=2000),
             "jobs[1].max_gpus",
-            "at most 1024 sizes per elastic job ((max_gpus - min_gpus) // gpus_step + 1 is 2000)",
+            "at most 128 sizes per elastic job ((max_gpus - min_gpus) // gpus_step + 1 is 2000)",
         ),
         (
             lambda s: s["jobs"][0].update(allocation=[{"node": "n0", "gpu": 0}] * 70_000),

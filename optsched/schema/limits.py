@@ -31,7 +31,7 @@ MAX_GANG = 65_536
 """GPUs of one job: ``gpus``, ``min_gpus``, ``max_gpus``, ``gpus_step``, ``reserve_min_gpus``,
 and so the length of an ``allocation``."""
 
-MAX_ELASTIC_SIZES = 1_024
+MAX_ELASTIC_SIZES = 128
 """Sizes one elastic job may run on (``(max_gpus - min_gpus) // gpus_step + 1``): the engine
 considers a start at each of them."""
 
