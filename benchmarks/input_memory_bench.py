@@ -3,8 +3,8 @@
 Each measurement runs in a fresh child process (``multiprocessing`` spawn) that first solves a
 tiny snapshot (so that every module is imported), then parses the snapshot's JSON text
 (``load_state``) and solves it with the greedy backend; the child reports the Python heap's peak
-over that (``tracemalloc``) and its peak RSS above the warmed-up process
-(``resource.getrusage``). tracemalloc slows Python down several times: the seconds shown are
+over that (``tracemalloc``), its peak RSS (``resource.getrusage``) and the peak RSS it had
+after the warm-up ("warm"). tracemalloc slows Python down several times: the seconds shown are
 not the engine's speed. Memory is linear in the snapshot's size when the peak per byte of
 snapshot stays flat as the snapshot grows: the script prints the ratio of each size's peak to
 the baseline's, beside the ratio of their snapshot sizes.
@@ -56,7 +56,7 @@ def _child(text: str, solve: bool, out: Any) -> None:
         {
             "peak_mib": peak / 2**20,
             "rss_mib": rss / 1024,
-            "rss_before_mib": rss0 / 1024,
+            "warm_mib": rss0 / 1024,
             "seconds": seconds,
             "status": status,
         }
@@ -94,13 +94,13 @@ def main() -> None:
         rows.append((f"one node of {count:.0e} GPUs", measure(json.dumps(snap))))
     base = rows[0][1]
     print(
-        f"{'snapshot':<26} {'bytes':>12} {'x bytes':>8} {'heap MiB':>9} {'x heap':>7} {'+RSS MiB':>8} "
-        f"{'heap B/byte':>11} {'s':>7}  status"
+        f"{'snapshot':<26} {'bytes':>12} {'x bytes':>8} {'heap MiB':>9} {'x heap':>7} {'RSS MiB':>8} "
+        f"{'warm':>5} {'heap B/byte':>11} {'s':>7}  status"
     )
     for name, r in rows:
         print(
             f"{name:<26} {r['bytes']:>12,} {r['bytes'] / base['bytes']:>8.1f} {r['peak_mib']:>9.1f} "
-            f"{r['peak_mib'] / base['peak_mib']:>7.1f} {r['rss_mib']:>8.0f} "
+            f"{r['peak_mib'] / base['peak_mib']:>7.1f} {r['rss_mib']:>8.0f} {r['warm_mib']:>5.0f} "
             f"{r['peak_mib'] * 2**20 / r['bytes']:>11.1f} {r['seconds']:>7.2f}  {r['status'][:60]}"
         )
 
