@@ -64,6 +64,7 @@ def running(
         "state": "running",
         "start_s": start_s,
         "allocation": [{"node": n, "gpu": g} for n, g in gpus],
+        "on_loan": False,
         "runtime_s": 36000.0,
         "memory_gib": 10.0,
     }

@@ -366,6 +366,7 @@ def base(quota_a: int, quota_b: int, nodes: int = 3, **tenant_b: Any) -> dict[st
             "submit_s": 0.0,
             "state": "running",
             "start_s": 10.0,
+            "on_loan": False,
             "allocation": [{"node": f"n{k}", "gpu": g} for g in range(4)],
         }
         for k in range(3)
@@ -426,6 +427,7 @@ def test_over_quota_kept_and_type_unavailable() -> None:
             "submit_s": 0.0,
             "state": "running",
             "start_s": 10.0,
+            "on_loan": False,
             "allocation": [{"node": "n0", "gpu": g} for g in range(4, 8)]
             + [{"node": "n1", "gpu": g} for g in range(4, 6)],
         }

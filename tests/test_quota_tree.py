@@ -362,6 +362,7 @@ def test_kept_over_quota_needs_no_loan_a_group_limit_forbids() -> None:
             "submit_s": 1000.0,
             "state": "running",
             "start_s": 1000.0,
+            "on_loan": False,
             "runtime_s": 36000.0,
             "memory_gib": 10.0,
             "allocation": [{"node": "n0", "gpu": 4}, {"node": "n0", "gpu": 5}],

@@ -17,7 +17,8 @@ import networkx as nx
 from pydantic import ValidationError
 
 from optsched.engine.quota_tree import EMPTY, QuotaTree, build_tree
-from optsched.errors import SnapshotError
+from optsched.errors import SnapshotError, validation_error
+from optsched.errors import error_path as _error_path
 from optsched.schema.snapshot import Job, Snapshot
 
 GpuKey = tuple[str, int]
@@ -25,13 +26,7 @@ GpuKey = tuple[str, int]
 
 def error_path(loc: tuple[int | str, ...]) -> str:
     """A pydantic error location as a field path: ``('jobs', 3, 'gpus')`` -> ``jobs[3].gpus``."""
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else str(part)
-    return out
+    return _error_path(loc)
 
 
 def parse_snapshot(data: str | bytes | dict[str, Any]) -> Snapshot:
@@ -47,18 +42,7 @@ def parse_snapshot(data: str | bytes | dict[str, Any]) -> Snapshot:
             return Snapshot.model_validate(data)
         return Snapshot.model_validate_json(data)
     except ValidationError as exc:
-        err = exc.errors(include_url=False)[0]
-        path = error_path(tuple(err["loc"]))
-        msg = err["msg"]
-        if err["type"] == "json_invalid":
-            raise SnapshotError("", f"malformed JSON: {err.get('ctx', {}).get('error', msg)}") from None
-        if err["type"] == "missing":
-            msg = "required field is missing"
-        elif err["type"] == "extra_forbidden":
-            msg = "unknown field"
-        elif err["type"] == "literal_error" and path == "format":
-            msg = f"unsupported format {err.get('input')!r}; this engine reads format 1"
-        raise SnapshotError(path, msg) from None
+        raise validation_error(exc, Snapshot) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise SnapshotError("", f"malformed JSON: {exc}") from None
 

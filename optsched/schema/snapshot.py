@@ -23,12 +23,134 @@ Fields optsched adds to format 1 (see "Added fields" in ``docs/snapshot-format.m
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    Strict,
+    WithJsonSchema,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
-FeatureValue = str | float | int | bool
-ClassWeight = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+from optsched.schema.limits import (
+    MAX_ACTIVATIONS,
+    MAX_ASSURANCE_HISTORY,
+    MAX_ELASTIC_SIZES,
+    MAX_FACTOR,
+    MAX_FEATURES,
+    MAX_GANG,
+    MAX_GPU_TYPES,
+    MAX_GPUS_PER_NODE,
+    MAX_GROUP_DEPTH,
+    MAX_ID_LENGTH,
+    MAX_JOBS,
+    MAX_MEMORY_GIB,
+    MAX_MODELS,
+    MAX_NODES,
+    MAX_PARTITIONS,
+    MAX_SECONDS,
+    MAX_SEED,
+    MAX_SESSIONS,
+    MAX_TENANTS,
+    MAX_TEXT_LENGTH,
+    MAX_TIME_LIMIT_S,
+    MAX_TOKENS,
+    MAX_TOTAL_GPUS,
+    MAX_WORKERS,
+)
+
+# Strict scalars: a count is a JSON integer (4; not 4.0, "4" or true), a flag a JSON boolean,
+# a number a JSON number (3 and 3.0 alike; not "3" or true). Every one is bounded
+# (optsched/schema/limits.py, "Size limits" in docs/snapshot-format.md).
+Name = Annotated[str, Strict(), Field(min_length=1, max_length=MAX_ID_LENGTH)]
+"""An id or a name (also a key of a table)."""
+GpuCount = Annotated[int, Strict(), Field(ge=0, le=MAX_TOTAL_GPUS)]
+"""A number of GPUs that is not one gang (a quota, a limit)."""
+ClassWeight = Annotated[float, Strict(), Field(gt=0, le=MAX_FACTOR, allow_inf_nan=False)]
+Seconds = Annotated[float, Strict(), Field(allow_inf_nan=False, ge=-MAX_SECONDS, le=MAX_SECONDS)]
+"""A time or a duration, seconds."""
+
+
+def _feature_value(value: Any) -> str | float | int | bool:
+    """A job feature: a string (at most ``MAX_TEXT_LENGTH`` characters), a number or a boolean
+    (one error, not one per member of a union)."""
+    if isinstance(value, str):
+        if len(value) > MAX_TEXT_LENGTH:
+            raise PydanticCustomError(
+                "limit", "at most {limit} characters", {"limit": MAX_TEXT_LENGTH}
+            )
+        return value
+    if isinstance(value, bool | int):
+        return value
+    if isinstance(value, float) and math.isfinite(value):
+        return value
+    raise PydanticCustomError("feature_type", "must be a string, a finite number or a boolean")
+
+
+FeatureValue = Annotated[
+    str | float | int | bool,
+    PlainValidator(_feature_value),
+    WithJsonSchema({"type": ["string", "number", "boolean"], "maxLength": MAX_TEXT_LENGTH}),
+]
+
+
+def _partitions(value: Any) -> int | str:
+    if value == "auto" and isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_PARTITIONS:
+        return value
+    raise PydanticCustomError(
+        "partitions", 'must be an integer from 1 to {limit}, "auto" or null', {"limit": MAX_PARTITIONS}
+    )
+
+
+Partitions = Annotated[
+    int | Literal["auto"],
+    PlainValidator(_partitions),
+    WithJsonSchema(
+        {"anyOf": [{"type": "integer", "minimum": 1, "maximum": MAX_PARTITIONS}, {"const": "auto"}]}
+    ),
+]
+
+
+def _assurance_state(value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The keys the engine reads back from an opaque per-tenant state: numbers ``a``, ``met``,
+    ``total``, and ``missed``, a list of job ids of bounded length."""
+    for tenant, st in value.items():
+        for key in ("a", "met", "total"):
+            v = st.get(key)
+            if v is not None and (
+                isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v)
+            ):
+                raise PydanticCustomError(
+                    "assurance_state", "must be a finite number", {"field": f"{tenant}.{key}"}
+                )
+        missed = st.get("missed")
+        if missed is not None:
+            if not isinstance(missed, list) or not all(isinstance(j, str) for j in missed):
+                raise PydanticCustomError(
+                    "assurance_state", "must be a list of job ids", {"field": f"{tenant}.missed"}
+                )
+            if len(missed) > MAX_ASSURANCE_HISTORY:
+                raise PydanticCustomError(
+                    "assurance_state",
+                    "at most {limit} job ids",
+                    {"field": f"{tenant}.missed", "limit": MAX_ASSURANCE_HISTORY},
+                )
+    return value
+
+
+def _format(value: Any) -> Any:
+    if isinstance(value, bool):  # true == 1 in Python; not in JSON
+        raise PydanticCustomError("literal_error", "Input should be 1")
+    return value
 
 
 class _Strict(BaseModel):
@@ -38,14 +160,19 @@ class _Strict(BaseModel):
 class GpuType(_Strict):
     """One GPU model in the fleet."""
 
-    memory_gib: float = Field(gt=0, allow_inf_nan=False, description="Memory of one GPU, GiB.")
+    memory_gib: float = Field(
+        gt=0, le=MAX_MEMORY_GIB, strict=True, allow_inf_nan=False, description="Memory of one GPU, GiB."
+    )
     mps: bool = Field(
         default=False,
+        strict=True,
         description="Whether two shareable jobs may share one GPU of this type through NVIDIA MPS.",
     )
     speed: float = Field(
         default=1.0,
         gt=0,
+        le=MAX_FACTOR,
+        strict=True,
         allow_inf_nan=False,
         description="Throughput relative to the reference GPU (1.0); 2.0 runs a job twice as fast.",
     )
@@ -54,11 +181,18 @@ class GpuType(_Strict):
 class Node(_Strict):
     """A machine with ``gpus`` identical GPUs of one type."""
 
-    id: str = Field(min_length=1, description="Unique node id.")
-    gpu_type: str = Field(description="The type of all GPUs of the node (a key of `gpu_types`).")
-    gpus: int = Field(ge=1, description="Number of GPUs on the node; they are indexed 0..gpus-1.")
+    id: Name = Field(description="Unique node id.")
+    gpu_type: Name = Field(description="The type of all GPUs of the node (a key of `gpu_types`).")
+    gpus: int = Field(
+        ge=1,
+        le=MAX_GPUS_PER_NODE,
+        strict=True,
+        description=f"Number of GPUs on the node (at most {MAX_GPUS_PER_NODE}); they are indexed "
+        "0..gpus-1.",
+    )
     available: bool = Field(
         default=True,
+        strict=True,
         description="False when the node is drained or failed: nothing runs or starts on it.",
     )
 
@@ -68,6 +202,8 @@ class TenantQos(_Strict):
 
     max_queue_delay_s: float = Field(
         ge=0,
+        le=MAX_SECONDS,
+        strict=True,
         allow_inf_nan=False,
         description="Longest queueing delay, seconds, the tenant accepts for its guaranteed jobs.",
     )
@@ -75,6 +211,8 @@ class TenantQos(_Strict):
         default=0.95,
         ge=0,
         le=1,
+        strict=True,
+        allow_inf_nan=False,
         description="Fraction of the tenant's guaranteed jobs that must start within max_queue_delay_s.",
     )
 
@@ -86,11 +224,13 @@ class TenantPreemption(_Strict):
     min_runtime_s: float = Field(
         default=0.0,
         ge=0,
+        le=MAX_SECONDS,
+        strict=True,
         allow_inf_nan=False,
         description="A running job of the tenant that has run less than this (now - start_s), "
         "seconds, is not preempted for priority (a job's own `min_runtime_s` overrides it).",
     )
-    max_gpus_per_epoch: NonNegativeInt | None = Field(
+    max_gpus_per_epoch: GpuCount | None = Field(
         default=None,
         description="Most GPUs of the tenant's jobs that one decision preempts for priority; null: "
         "no cap.",
@@ -98,6 +238,8 @@ class TenantPreemption(_Strict):
     hysteresis: float = Field(
         default=0.0,
         ge=0,
+        le=MAX_FACTOR,
+        strict=True,
         allow_inf_nan=False,
         description="h >= 0: a priority preemption of one of the tenant's jobs must be paid with "
         "(1 + h) times its static cost.",
@@ -107,19 +249,22 @@ class TenantPreemption(_Strict):
 class Tenant(_Strict):
     """A tenant with guaranteed quota per GPU type."""
 
-    id: str = Field(min_length=1, description="Unique tenant id.")
-    quota: dict[str, NonNegativeInt] = Field(
+    id: Name = Field(description="Unique tenant id.")
+    quota: dict[Name, GpuCount] = Field(
         default_factory=dict,
+        max_length=MAX_GPU_TYPES,
         description="Guaranteed GPUs per GPU type; a type not listed has quota 0.",
     )
-    borrow_limit: dict[str, NonNegativeInt] | None = Field(
+    borrow_limit: dict[Name, GpuCount] | None = Field(
         default=None,
+        max_length=MAX_GPU_TYPES,
         description="Most GPUs per type the tenant may borrow above its quota; null, or a type not "
         "listed, means no limit beyond what others lend. 0 also keeps the tenant's MPS guests on "
         "its own hosts.",
     )
-    lend_limit: dict[str, NonNegativeInt] | None = Field(
+    lend_limit: dict[Name, GpuCount] | None = Field(
         default=None,
+        max_length=MAX_GPU_TYPES,
         description="Most GPUs per type of its idle quota the tenant may lend; null, or a type not "
         "listed, means all of its idle quota.",
     )
@@ -129,6 +274,8 @@ class Tenant(_Strict):
     weight: float = Field(
         default=1.0,
         gt=0,
+        le=MAX_FACTOR,
+        strict=True,
         allow_inf_nan=False,
         description="Share weight of the tenant against the others (1.0 = an equal share).",
     )
@@ -137,14 +284,14 @@ class Tenant(_Strict):
         description="Controls against preemption thrash of the tenant's jobs (added by optsched); "
         "null: none.",
     )
-    priority_classes: dict[str, ClassWeight] | None = Field(
+    priority_classes: dict[Name, ClassWeight] | None = Field(
         default=None,
+        max_length=MAX_FEATURES,
         description="Weights of named priority classes for the tenant's jobs (added by optsched); "
         "a name listed here overrides the snapshot-level table.",
     )
-    parent: str | None = Field(
+    parent: Name | None = Field(
         default=None,
-        min_length=1,
         description="Id of the quota group the tenant belongs to (added by optsched); null: the "
         "tenant sits at the top level, under no group.",
     )
@@ -158,25 +305,27 @@ class QuotaGroup(_Strict):
     limits bound the loans that cross its boundary (see "Quota trees" in
     ``docs/snapshot-format.md``)."""
 
-    id: str = Field(min_length=1, description="Unique group id (not also a tenant id).")
-    parent: str | None = Field(
+    id: Name = Field(description="Unique group id (not also a tenant id).")
+    parent: Name | None = Field(
         default=None,
-        min_length=1,
         description="Id of the enclosing group; null: a top-level group.",
     )
-    quota: dict[str, NonNegativeInt] | None = Field(
+    quota: dict[Name, GpuCount] | None = Field(
         default=None,
+        max_length=MAX_GPU_TYPES,
         description="The subtree's guaranteed GPUs per type, which is the sum of the quotas of the "
         "tenants below the group (a group holds no GPUs of its own); a type stated otherwise gets "
         "a solver note and the sum is used; null, or a type not listed: that sum.",
     )
-    borrow_limit: dict[str, NonNegativeInt] | None = Field(
+    borrow_limit: dict[Name, GpuCount] | None = Field(
         default=None,
+        max_length=MAX_GPU_TYPES,
         description="Most GPUs per type that tenants inside the group may borrow from tenants "
         "outside it, in all; null, or a type not listed: no limit.",
     )
-    lend_limit: dict[str, NonNegativeInt] | None = Field(
+    lend_limit: dict[Name, GpuCount] | None = Field(
         default=None,
+        max_length=MAX_GPU_TYPES,
         description="Most GPUs per type of the quota of tenants inside the group that tenants "
         "outside it may borrow, in all; null, or a type not listed: no limit.",
     )
@@ -185,8 +334,10 @@ class QuotaGroup(_Strict):
 class GpuRef(_Strict):
     """One GPU: the node id and the index of the GPU on that node."""
 
-    node: str = Field(description="Node id.")
-    gpu: int = Field(ge=0, description="Index of the GPU on the node, from 0.")
+    node: Name = Field(description="Node id.")
+    gpu: int = Field(
+        ge=0, lt=MAX_GPUS_PER_NODE, strict=True, description="Index of the GPU on the node, from 0."
+    )
 
     def key(self) -> tuple[str, int]:
         return (self.node, self.gpu)
@@ -195,37 +346,46 @@ class GpuRef(_Strict):
 class Job(_Strict):
     """A pending or running GPU job (training or batch work)."""
 
-    id: str = Field(min_length=1, description="Unique job id.")
-    tenant: str = Field(description="Id of the tenant that owns the job.")
+    id: Name = Field(description="Unique job id.")
+    tenant: Name = Field(description="Id of the tenant that owns the job.")
     qos: Literal["guaranteed", "best_effort"] = Field(
         description="guaranteed: inside its tenant's quota it is never preempted for another "
         "tenant; best_effort: may be preempted and colocated by default."
     )
     gpus: int = Field(
-        ge=1, description="Gang size: the job starts on exactly this many GPUs at once, or not at all."
+        ge=1,
+        le=MAX_GANG,
+        strict=True,
+        description="Gang size: the job starts on exactly this many GPUs at once, or not at all.",
     )
-    gpu_types: list[str] | None = Field(
-        default=None, description="GPU types the job may run on; null means any type."
+    gpu_types: list[Name] | None = Field(
+        default=None,
+        max_length=MAX_GPU_TYPES,
+        description="GPU types the job may run on; null means any type.",
     )
-    submit_s: float = Field(allow_inf_nan=False, description="Submission time, seconds; not after `now`.")
+    submit_s: Seconds = Field(description="Submission time, seconds; not after `now`.")
     state: Literal["pending", "running"] = Field(description="pending (waiting) or running.")
     allocation: list[GpuRef] | None = Field(
         default=None,
+        max_length=MAX_GANG,
         description="Running jobs only: the GPUs the job holds, exactly `gpus` of them, all of one type.",
     )
-    start_s: float | None = Field(
-        default=None, allow_inf_nan=False, description="Running jobs only: when the job started, seconds."
+    start_s: Seconds | None = Field(
+        default=None, description="Running jobs only: when the job started, seconds."
     )
     on_loan: bool = Field(
         default=False,
-        description="Running jobs only: the job runs on capacity another tenant lends (as the last "
-        "decision said); it may always be reclaimed.",
+        strict=True,
+        description="Running jobs only, and required for them: the job runs on capacity another "
+        "tenant lends (as the last decision said); it may always be reclaimed. A pending job "
+        "leaves it out (false).",
     )
     colocated: bool = Field(
         default=False,
+        strict=True,
         description="Running jobs only: the job shares its GPUs with another job through MPS.",
     )
-    guest_of: str | None = Field(
+    guest_of: Name | None = Field(
         default=None,
         description="Running MPS guests only (added by optsched): the host job whose GPUs it shares. "
         "When unset, the earlier-started job of a colocated pair is the host.",
@@ -233,68 +393,110 @@ class Job(_Strict):
     runtime_s: float | None = Field(
         default=None,
         gt=0,
+        le=MAX_SECONDS,
+        strict=True,
         allow_inf_nan=False,
         description="Runtime estimate given by the user or trace, seconds, if any (not the truth).",
     )
     memory_gib: float | None = Field(
-        default=None, gt=0, allow_inf_nan=False, description="Peak GPU memory per GPU, GiB, if known."
+        default=None,
+        gt=0,
+        le=MAX_MEMORY_GIB,
+        strict=True,
+        allow_inf_nan=False,
+        description="Peak GPU memory per GPU, GiB, if known.",
     )
     shareable: bool | None = Field(
         default=None,
+        strict=True,
         description="May be colocated with another job through MPS; null means true for best_effort "
         "and false for guaranteed.",
     )
     preemptible: bool | None = Field(
         default=None,
+        strict=True,
         description="May be stopped to make room; null means true for best_effort and false for guaranteed.",
     )
     restart_cost_s: float = Field(
         default=0.0,
         ge=0,
+        le=MAX_SECONDS,
+        strict=True,
         allow_inf_nan=False,
         description="Seconds of work lost plus restart overhead if the job is preempted now.",
     )
     min_runtime_s: float | None = Field(
         default=None,
         ge=0,
+        le=MAX_SECONDS,
+        strict=True,
         allow_inf_nan=False,
         description="Running jobs: not preempted for priority before it has run this long, seconds "
         "(added by optsched); null: its tenant's `preemption.min_runtime_s`.",
     )
-    priority_class: str | None = Field(
+    priority_class: Name | None = Field(
         default=None,
-        min_length=1,
         description="Named priority class of the job inside its tenant (added by optsched); its "
         "weight multiplies the job's value; null, or a name no table lists: weight 1.",
     )
     min_gpus: int | None = Field(
         default=None,
         ge=1,
+        le=MAX_GANG,
+        strict=True,
         description="Elastic jobs (added by optsched): the fewest GPUs the job may run on; null: "
         "`gpus` (with `max_gpus` also null the job is not elastic).",
     )
     max_gpus: int | None = Field(
         default=None,
         ge=1,
+        le=MAX_GANG,
+        strict=True,
         description="Elastic jobs (added by optsched): the most GPUs the job may run on; null: `gpus`.",
     )
     gpus_step: int = Field(
         default=1,
         ge=1,
+        le=MAX_GANG,
+        strict=True,
         description="Elastic jobs (added by optsched): allowed sizes are min_gpus, min_gpus + "
         "gpus_step, ..., max_gpus.",
     )
     resize_overhead_s: float = Field(
         default=0.0,
         ge=0,
+        le=MAX_SECONDS,
+        strict=True,
         allow_inf_nan=False,
         description="Elastic running jobs (added by optsched): seconds of progress a resize costs "
         "(the job checkpoints and resumes at its new size; no other work is lost).",
     )
-    features: dict[str, FeatureValue] | None = Field(
+    features: dict[Name, FeatureValue] | None = Field(
         default=None,
+        max_length=MAX_FEATURES,
         description="Free-form inputs for the predictors (user, job name, ...), string or number values.",
     )
+
+    @model_validator(mode="after")
+    def _running_and_sizes(self) -> Job:
+        # the spec marks on_loan required (not optional) for running jobs: a producer that
+        # leaves it out has not said whether the job may be reclaimed
+        if self.state == "running" and "on_loan" not in self.model_fields_set:
+            raise PydanticCustomError(
+                "running_field",
+                "a running job needs on_loan: true when it runs on capacity another tenant lends "
+                "(as the last decision said), else false",
+                {"field": "on_loan"},
+            )
+        lo, hi = self.size_range
+        if lo < hi and (hi - lo) // self.gpus_step + 1 > MAX_ELASTIC_SIZES:
+            raise PydanticCustomError(
+                "limit",
+                "at most {limit} sizes per elastic job ((max_gpus - min_gpus) // gpus_step + 1 "
+                "is {got})",
+                {"field": "max_gpus", "limit": MAX_ELASTIC_SIZES, "got": (hi - lo) // self.gpus_step + 1},
+            )
+        return self
 
     @property
     def is_elastic(self) -> bool:
@@ -334,14 +536,23 @@ class Model(_Strict):
     """An LLM served by the workflow pool."""
 
     memory_gib: float = Field(
-        gt=0, allow_inf_nan=False, description="GPU memory the loaded model takes, GiB."
+        gt=0,
+        le=MAX_MEMORY_GIB,
+        strict=True,
+        allow_inf_nan=False,
+        description="GPU memory the loaded model takes, GiB.",
     )
-    load_s: dict[str, float] | None = Field(
-        default=None, description="Measured seconds to load the model onto one GPU, per GPU type."
+    load_s: dict[Name, Annotated[Seconds, Field(ge=0)]] | None = Field(
+        default=None,
+        max_length=MAX_GPU_TYPES,
+        description="Measured seconds to load the model onto one GPU, per GPU type.",
     )
     params_b: float | None = Field(
         default=None,
         gt=0,
+        le=MAX_MEMORY_GIB,
+        strict=True,
+        allow_inf_nan=False,
         description="Parameter count in billions (added by optsched, for the roofline predictor).",
     )
 
@@ -349,26 +560,27 @@ class Model(_Strict):
 class Device(_Strict):
     """One GPU of the workflow serving pool."""
 
-    node: str = Field(description="Node id of the pool GPU.")
-    gpu: int = Field(ge=0, description="Index of the GPU on the node, from 0.")
-    resident: list[str] = Field(
-        default_factory=list, description="Models loaded on the GPU now (keys of `workflows.models`)."
+    node: Name = Field(description="Node id of the pool GPU.")
+    gpu: int = Field(
+        ge=0, lt=MAX_GPUS_PER_NODE, strict=True, description="Index of the GPU on the node, from 0."
     )
-    busy_until_s: float = Field(
+    resident: list[Name] = Field(
+        default_factory=list,
+        max_length=MAX_MODELS,
+        description="Models loaded on the GPU now (keys of `workflows.models`).",
+    )
+    busy_until_s: Seconds = Field(
         default=0.0,
-        allow_inf_nan=False,
         description="When the GPU finishes the activation it runs now, seconds (ignored if in the past).",
     )
-    lent_by: str | None = Field(
+    lent_by: Name | None = Field(
         default=None,
-        min_length=1,
         description="Cluster GPUs lent to the pool only (added by optsched): the tenant whose idle "
         "quota of the GPU's type the pool holds, as the last decision's `pool` said; null: a "
         "dedicated pool GPU.",
     )
-    lent_since_s: float | None = Field(
+    lent_since_s: Seconds | None = Field(
         default=None,
-        allow_inf_nan=False,
         description="Lent GPUs only (added by optsched): when the GPU joined the pool, seconds.",
     )
 
@@ -379,12 +591,15 @@ class Device(_Strict):
 class Activation(_Strict):
     """One LLM call of an agent workflow."""
 
-    id: str = Field(min_length=1, description="Activation id, unique within its session.")
-    model: str = Field(description="The model the call runs (a key of `workflows.models`).")
-    input_tokens: int = Field(ge=0, description="Prompt tokens of the call.")
-    output_tokens: int = Field(ge=0, description="Tokens the call generates.")
-    after: list[str] = Field(
+    id: Name = Field(description="Activation id, unique within its session.")
+    model: Name = Field(description="The model the call runs (a key of `workflows.models`).")
+    input_tokens: int = Field(ge=0, le=MAX_TOKENS, strict=True, description="Prompt tokens of the call.")
+    output_tokens: int = Field(
+        ge=0, le=MAX_TOKENS, strict=True, description="Tokens the call generates."
+    )
+    after: list[Name] = Field(
         default_factory=list,
+        max_length=MAX_ACTIVATIONS,
         description="Ids of activations of the same session that must finish before this one starts.",
     )
     state: Literal["pending", "running", "done"] = Field(
@@ -393,44 +608,48 @@ class Activation(_Strict):
     device: GpuRef | None = Field(
         default=None, description="Running activations only: the pool GPU it runs on."
     )
-    start_s: float | None = Field(
-        default=None, allow_inf_nan=False, description="Running activations only: when it started, seconds."
+    start_s: Seconds | None = Field(
+        default=None, description="Running activations only: when it started, seconds."
     )
 
 
 class Session(_Strict):
     """A multi-agent workflow session: a DAG of activations."""
 
-    id: str = Field(min_length=1, description="Unique session id.")
-    tenant: str = Field(description="Id of the tenant that owns the session.")
-    arrival_s: float = Field(
-        allow_inf_nan=False, description="When the session arrived, seconds; not after `now`."
+    id: Name = Field(description="Unique session id.")
+    tenant: Name = Field(description="Id of the tenant that owns the session.")
+    arrival_s: Seconds = Field(description="When the session arrived, seconds; not after `now`.")
+    activations: list[Activation] = Field(
+        max_length=MAX_ACTIVATIONS, description="The LLM calls of the session and their dependencies."
     )
-    activations: list[Activation] = Field(description="The LLM calls of the session and their dependencies.")
 
 
 class PoolLending(_Strict):
     """Which cluster GPUs may join the serving pool under a burst, and when they go back (added
     by optsched; see "Pool lending" in ``docs/snapshot-format.md``)."""
 
-    gpu_types: list[str] = Field(
+    gpu_types: list[Name] = Field(
         min_length=1,
+        max_length=MAX_GPU_TYPES,
         description="GPU types whose free cluster GPUs may be lent to the pool (keys of `gpu_types`).",
     )
-    lenders: list[str] | None = Field(
+    lenders: list[Name] | None = Field(
         default=None,
+        max_length=MAX_TENANTS,
         description="Tenants whose idle quota may be lent to the pool; null: every tenant. A tenant's "
         "`lend_limit` bounds what it lends to tenants and to the pool together.",
     )
-    min_size: NonNegativeInt = Field(
+    min_size: GpuCount = Field(
         default=0, description="Fewest pool GPUs (dedicated plus lent): returns never go below it."
     )
-    max_size: NonNegativeInt | None = Field(
+    max_size: GpuCount | None = Field(
         default=None, description="Most pool GPUs (dedicated plus lent); null: no cap."
     )
     grow_drain_s: float = Field(
         default=40.0,
         gt=0,
+        le=MAX_SECONDS,
+        strict=True,
         allow_inf_nan=False,
         description="The pool grows while the workflow backlog's fluid drain time (predicted work "
         "over the pool's speed) exceeds this, seconds.",
@@ -438,6 +657,8 @@ class PoolLending(_Strict):
     return_drain_s: float = Field(
         default=25.0,
         ge=0,
+        le=MAX_SECONDS,
+        strict=True,
         allow_inf_nan=False,
         description="A lent GPU goes back once the drain time without it is at most this, seconds "
         "(below `grow_drain_s`: the hysteresis band).",
@@ -445,6 +666,8 @@ class PoolLending(_Strict):
     min_lend_s: float = Field(
         default=10.0,
         ge=0,
+        le=MAX_SECONDS,
+        strict=True,
         allow_inf_nan=False,
         description="A lent GPU stays at least this long, seconds, unless its owner needs it or its "
         "node is lost.",
@@ -452,6 +675,8 @@ class PoolLending(_Strict):
     session_value: float = Field(
         default=1.0,
         gt=0,
+        le=MAX_FACTOR,
+        strict=True,
         allow_inf_nan=False,
         description="Value of one second of one waiting session's latency against one GPU-second of "
         "cluster work: a GPU is lent when the session-seconds it saves over an epoch, times this, "
@@ -462,15 +687,20 @@ class PoolLending(_Strict):
 class Workflows(_Strict):
     """The workflow part of a snapshot."""
 
-    models: dict[str, Model] = Field(
-        default_factory=dict, description="The models the pool can serve, by name."
+    models: dict[Name, Model] = Field(
+        default_factory=dict,
+        max_length=MAX_MODELS,
+        description="The models the pool can serve, by name.",
     )
     pool: list[Device] = Field(
         default_factory=list,
+        max_length=MAX_TOTAL_GPUS,
         description="The GPUs that serve workflows only: no cluster job runs on them; dedicated ones "
         "count in no tenant's quota, lent ones (`lent_by`) in their lender's.",
     )
-    sessions: list[Session] = Field(default_factory=list, description="Workflow sessions with work left.")
+    sessions: list[Session] = Field(
+        default_factory=list, max_length=MAX_SESSIONS, description="Workflow sessions with work left."
+    )
     pool_lending: PoolLending | None = Field(
         default=None,
         description="Cluster GPUs that may join the pool from idle quota (added by optsched); null: "
@@ -484,6 +714,8 @@ class Options(_Strict):
     time_limit_s: float | None = Field(
         default=None,
         gt=0,
+        le=MAX_TIME_LIMIT_S,
+        strict=True,
         allow_inf_nan=False,
         description="Wall-clock seconds the whole decision may take (default 1).",
     )
@@ -492,16 +724,22 @@ class Options(_Strict):
         description="Solver backend; null or auto is the engine's default rule (highs when the model fits "
         "its work budget, else the labelled greedy plan).",
     )
-    seed: int | None = Field(default=None, ge=0, description="Random seed of the solver.")
-    num_workers: int | None = Field(default=None, ge=1, description="Solver threads (added by optsched).")
-    extra: dict[str, Any] | None = Field(
+    seed: int | None = Field(
+        default=None, ge=0, le=MAX_SEED, strict=True, description="Random seed of the solver."
+    )
+    num_workers: int | None = Field(
+        default=None, ge=1, le=MAX_WORKERS, strict=True, description="Solver threads (added by optsched)."
+    )
+    extra: dict[Name, Any] | None = Field(
         default=None,
+        max_length=MAX_FEATURES,
         description="Backend-specific native solver parameters, from an allow-list (added by optsched).",
     )
     lookahead_epochs: int | None = Field(
         default=None,
         ge=0,
         le=48,
+        strict=True,
         description="Epochs (of the snapshot's `epoch_s`) the look-ahead plan covers: queued jobs get "
         "expected start times within it, and the queue follows the plan (added by optsched; default "
         "6; 0 turns the look-ahead and reservations off).",
@@ -509,11 +747,13 @@ class Options(_Strict):
     reserve_min_gpus: int | None = Field(
         default=None,
         ge=1,
+        le=MAX_GANG,
+        strict=True,
         description="Smallest gang that may get a reservation: per GPU type, the longest-waiting "
         "pending gang of at least this many GPUs that cannot start now holds back GPUs for its "
         "predicted start (added by optsched; default 33).",
     )
-    partitions: Annotated[int, Field(ge=1)] | Literal["auto"] | None = Field(
+    partitions: Partitions | None = Field(
         default=None,
         description="Split the epoch into this many parts solved in parallel and merged by a "
         "coordination step (added by optsched); auto: one part per 10,000 GPUs; null or 1: one "
@@ -524,34 +764,94 @@ class Options(_Strict):
 class Snapshot(_Strict):
     """The input of one scheduling epoch (format 1)."""
 
-    format: Literal[1] = Field(description="Format version; only 1 is read.")
-    now: float = Field(allow_inf_nan=False, description="The clock at the start of this epoch, seconds.")
+    format: Annotated[Literal[1], BeforeValidator(_format)] = Field(
+        description="Format version; only 1 is read."
+    )
+    now: Seconds = Field(description="The clock at the start of this epoch, seconds.")
     epoch_s: float = Field(
         default=60.0,
         gt=0,
+        le=MAX_SECONDS,
+        strict=True,
         allow_inf_nan=False,
         description="Seconds until the next decision: the horizon this decision plans for.",
     )
-    gpu_types: dict[str, GpuType] = Field(description="The GPU types of the fleet, by name.")
-    nodes: list[Node] = Field(description="The machines of the fleet.")
-    tenants: list[Tenant] = Field(description="The tenants sharing the fleet.")
+    gpu_types: dict[Name, GpuType] = Field(
+        max_length=MAX_GPU_TYPES, description="The GPU types of the fleet, by name."
+    )
+    nodes: list[Node] = Field(
+        max_length=MAX_NODES,
+        description=f"The machines of the fleet (at most {MAX_NODES:,} of them, with at most "
+        f"{MAX_TOTAL_GPUS:,} GPUs in all).",
+    )
+    tenants: list[Tenant] = Field(max_length=MAX_TENANTS, description="The tenants sharing the fleet.")
     groups: list[QuotaGroup] | None = Field(
         default=None,
+        max_length=MAX_TENANTS,
         description="Quota groups above the tenants, forming a tree through their `parent` "
         "(added by optsched); null or empty: a flat list of tenants.",
     )
-    jobs: list[Job] = Field(default_factory=list, description="Pending and running GPU jobs.")
+    jobs: list[Job] = Field(
+        default_factory=list, max_length=MAX_JOBS, description="Pending and running GPU jobs."
+    )
     workflows: Workflows | None = Field(
         default=None, description="Multi-agent workflow sessions on a serving pool, if any."
     )
-    assurance_state: dict[str, dict[str, Any]] | None = Field(
+    assurance_state: (
+        Annotated[dict[Name, dict[str, Any]], AfterValidator(_assurance_state)] | None
+    ) = Field(
         default=None,
+        max_length=MAX_TENANTS,
         description="The previous decision's `assurance_state`, fed back unchanged; absent on the "
         "first epoch.",
     )
-    priority_classes: dict[str, ClassWeight] | None = Field(
+    priority_classes: dict[Name, ClassWeight] | None = Field(
         default=None,
+        max_length=MAX_FEATURES,
         description="Weights of named priority classes for every tenant's jobs (added by optsched); "
         "a tenant's own table overrides a name.",
     )
     options: Options | None = Field(default=None, description="Solver options for this epoch.")
+
+    @model_validator(mode="after")
+    def _totals(self) -> Snapshot:
+        total = sum(n.gpus for n in self.nodes)
+        if total > MAX_TOTAL_GPUS:
+            raise PydanticCustomError(
+                "limit",
+                "at most {limit} GPUs in all nodes together (got {got})",
+                {"field": "nodes", "limit": MAX_TOTAL_GPUS, "got": total},
+            )
+        if self.workflows is not None:
+            acts = sum(len(s.activations) for s in self.workflows.sessions)
+            if acts > MAX_ACTIVATIONS:
+                raise PydanticCustomError(
+                    "limit",
+                    "at most {limit} activations in all sessions together (got {got})",
+                    {"field": "workflows.sessions", "limit": MAX_ACTIVATIONS, "got": acts},
+                )
+        if self.groups:
+            _check_depth(self)
+        return self
+
+
+def _check_depth(snap: Snapshot) -> None:
+    """At most ``MAX_GROUP_DEPTH`` groups above any tenant (unknown parents and cycles are left
+    to :func:`optsched.engine.quota_tree.build_tree`, which names them)."""
+    parent = {g.id: g.parent for g in snap.groups or ()}
+    depth: dict[str, int] = {}
+    for i, g in enumerate(snap.groups or ()):
+        chain: list[str] = []
+        cur: str | None = g.id
+        while cur is not None and cur in parent and cur not in depth and cur not in chain:
+            chain.append(cur)
+            cur = parent[cur]
+        base = depth.get(cur, 0) if cur is not None else 0
+        for k, gid in enumerate(reversed(chain)):
+            depth[gid] = base + k + 1
+        if depth.get(g.id, 0) > MAX_GROUP_DEPTH:
+            raise PydanticCustomError(
+                "limit",
+                "at most {limit} levels of quota groups",
+                {"field": f"groups[{i}].parent", "limit": MAX_GROUP_DEPTH},
+            )

@@ -64,6 +64,7 @@ def snapshot(*, sessions: int = 20, lending: bool = True, **over: Any) -> dict[s
                 "state": "running",
                 "allocation": [{"node": "c0", "gpu": g} for g in range(4)],
                 "start_s": 10.0,
+                "on_loan": False,
                 "runtime_s": 5000.0,
             }
         ],
@@ -185,7 +186,7 @@ def test_gpus_go_back_when_the_owner_needs_them() -> None:
     )
     snap["jobs"].append(
         {"id": "jb6", "tenant": "b", "qos": "guaranteed", "gpus": 6, "submit_s": 0.0, "state": "running",
-         "allocation": [{"node": "c1", "gpu": g} for g in range(6)], "start_s": 10.0}
+         "allocation": [{"node": "c1", "gpu": g} for g in range(6)], "start_s": 10.0, "on_loan": False}
     )
     snap["jobs"].append(
         {"id": "jq", "tenant": "a", "qos": "guaranteed", "gpus": 4, "submit_s": NOW - 5, "state": "pending",
