@@ -70,6 +70,8 @@ MIN_WORK_S = 0.02
 WORKFLOW_SHARE = 0.4
 """Share of the time limit given to the workflow planner when the snapshot has workflows."""
 STATUS_RANK = {"optimal": 0, "feasible": 1, "fallback": 2}
+BOUND_TOL = 1e-6
+"""Relative tolerance below which a solver's bound under the answer's objective is rounding."""
 
 
 def resolve_params(snapshot: Snapshot, params: SolveParams | None) -> SolveParams:
@@ -410,6 +412,14 @@ def _cluster_decision(
             if wall:
                 notes.append(f"{res.backend}: wall-clock limit hit; this answer may differ between runs")
             bound = None if res.bound is None else res.bound + problem.bound_slack
+            if bound is not None and bound < obj - BOUND_TOL * max(1.0, abs(obj)):
+                # the last line of defence: a bound below the answer bounds nothing (the model
+                # missed plans the answer has); never report it, never call the answer optimal
+                notes.append(
+                    f"{res.backend}: its bound ({bound:.6g}) is below this answer's objective "
+                    f"({obj:.6g}), so it is no bound of the whole problem: bound dropped"
+                )
+                status, bound = "feasible", None
         else:
             status, bound = "fallback", None
         gap = None if bound is None else abs(bound - obj) / max(1.0, abs(bound))
