@@ -107,6 +107,10 @@ class LinearModel:
     lend: dict[tuple[int, int], int] = field(default_factory=dict)
     inflow: dict[tuple[int, int], int] = field(default_factory=dict)
     """(quota group, type) -> var: net loans into the group (0 when it lends)."""
+    kept: dict[tuple[int, int], int] = field(default_factory=dict)
+    """(tenant, type) -> GPUs kept over quota uncovered (where the problem's ``kept_over`` > 0)."""
+    none_kept: dict[tuple[int, int], int] = field(default_factory=dict)
+    """(tenant, type) -> 1 if its own stopped jobs leave it no use above quota to keep."""
     own_start: dict[tuple[int, int], int] = field(default_factory=dict)
     """(tenant, type) -> 1 if the tenant starts inside quota there (only where its own jobs
     already run above quota, see ``add_capacity_and_loans``)."""
@@ -165,9 +169,10 @@ def add_variables(m: LinearModel, p: EpochProblem) -> None:
                 f"borrow[{ten},{tname}]", 0, cap if bl is None else min(bl, cap), -p.objective.borrow_penalty
             )
             q = p.quota[i][t]
-            # a tenant running above quota with use no lender covers has no idle quota to lend
-            # (its kept allowance must not turn into lendable GPUs when its own jobs stop)
-            if q > 0 and p.kept_over[i][t] == 0:
+            # a tenant running above quota with use no lender covers lends only what its own
+            # stopped jobs leave idle below its quota: its kept allowance shrinks with them
+            # (``kept_is_old_use``), so it never turns into lendable GPUs
+            if q > 0:
                 ll = p.lend_limit[i][t]
                 m.lend[(i, t)] = m.var(f"lend[{ten},{tname}]", 0, q if ll is None else min(ll, q))
 
@@ -302,9 +307,31 @@ def add_capacity_and_loans(m: LinearModel, p: EpochProblem) -> None:
                 total[m.borrow[(i, t)]] = -1
             if (i, t) in m.lend:
                 total[m.lend[(i, t)]] = 1
+            if total and p.kept_over[i][t] > 0:
+                # what may stay uncovered is old use of its jobs not on loan that keep running:
+                # stopping or shrinking them uses the allowance up first (as the checker reads
+                # the amendment), so it never covers on-loan or new use
+                k = m.kept[(i, t)] = m.var(f"kept[{ten},{tname}]", 0, p.kept_over[i][t])
+                total[k] = -1
+                old = {k: 1}
+                for r, v in m.preempt.items():
+                    run = p.running[r]
+                    if run.tenant == i and run.type == t and not run.guest and not run.on_loan:
+                        old[v] = run.gpus
+                for r, v in m.shrink.items():
+                    run = p.running[r]
+                    if run.tenant == i and run.type == t and not run.on_loan:
+                        old[v] = run.step
+                if len(old) > 1:
+                    # k <= max(0, H - F): stopping more than its use above quota (H) leaves
+                    # nothing kept (``none_kept`` = 1), else k + F <= H
+                    over = held_own[i][t] - p.quota[i][t]
+                    y = m.none_kept[(i, t)] = m.var(f"none_kept[{ten},{tname}]", 0, 1)
+                    big = sum(c * m.ub[v] for v, c in old.items() if v != k)
+                    m.add({**old, y: -big}, -INF, over, f"kept_is_old_use[{ten},{tname}]")
+                    m.add({k: 1, y: p.kept_over[i][t]}, -INF, p.kept_over[i][t], f"none_kept[{ten},{tname}]")
             if total:
-                hi = p.quota[i][t] - held_all[i][t] + p.kept_over[i][t]
-                m.add(total, -INF, hi, f"tenant_use[{ten},{tname}]")
+                m.add(total, -INF, p.quota[i][t] - held_all[i][t], f"tenant_use[{ten},{tname}]")
     add_group_limits(m, p)
     add_group_inflow(m, p)
 
@@ -562,13 +589,29 @@ def from_assignment(m: LinearModel, p: EpochProblem, a: Assignment) -> list[int]
             x[w] = 1
     # minimal loans: borrowers take exactly their excess, lenders give idle quota in order
     use = a.use(p)
+    kept = a.kept_over(p)
+    for (i, t), v in m.kept.items():
+        x[v] = kept[i][t]
+    if m.none_kept:
+        held = p.held(own_only=True)
+        below = [[q - h for q, h in zip(qs, hs, strict=True)] for qs, hs in zip(p.quota, held, strict=True)]
+        for r in a.preempt:
+            run = p.running[r]
+            if not run.guest and not run.on_loan:
+                below[run.tenant][run.type] += run.gpus
+        for r, d in a.resize.items():
+            run = p.running[r]
+            if d < 0 and not run.on_loan:
+                below[run.tenant][run.type] -= d * run.step
+        for (i, t), v in m.none_kept.items():
+            x[v] = 1 if below[i][t] > 0 else 0  # its own stopped jobs took it below quota
     for t in range(len(p.types)):
         if not p.tree.empty:
-            _tree_loans(m, p, use, t, x)
+            _tree_loans(m, p, use, kept, t, x)
             continue
         need = 0
         for i in range(len(p.tenants)):
-            excess = use[i][t] - p.quota[i][t] - p.kept_over[i][t]
+            excess = use[i][t] - p.quota[i][t] - kept[i][t]
             if excess > 0 and (i, t) in m.borrow:
                 x[m.borrow[(i, t)]] = excess
                 need += excess
@@ -597,12 +640,14 @@ def _inflow_values(m: LinearModel, p: EpochProblem, x: list[int]) -> None:
         x[f] = max(0, net)
 
 
-def _tree_loans(m: LinearModel, p: EpochProblem, use: list[list[int]], t: int, x: list[int]) -> None:
+def _tree_loans(
+    m: LinearModel, p: EpochProblem, use: list[list[int]], kept: list[list[int]], t: int, x: list[int]
+) -> None:
     """Minimal loans of the warm start under a quota tree: matched inside the smallest
     enclosing subtree first, within the groups' limits."""
     demands: list[tuple[int, int]] = []
     for i in range(len(p.tenants)):
-        excess = use[i][t] - p.quota[i][t] - p.kept_over[i][t]
+        excess = use[i][t] - p.quota[i][t] - kept[i][t]
         if excess > 0 and (i, t) in m.borrow:
             x[m.borrow[(i, t)]] = excess
             demands.append((i, excess))
