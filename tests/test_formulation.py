@@ -332,7 +332,9 @@ def test_over_quota_use_is_kept_and_nothing_starts_on_top_of_it(exact: str) -> N
     assert [(s.job, s.allocation[0].node, s.on_loan) for s in d.start] == [("a-any", "v0", False)]
     assert d.queue == ["a-a100"]
     assert over_quota_note("a", "A100", 2) in d.solver.notes
-    assert any("tenant a runs 2 'A100' GPUs above its quota" in n for n in d.solver.notes)
+    assert [(k.tenant, k.gpu_type, k.gpus) for k in d.kept_over_quota] == [("a", "A100", 2)]
+    # one number: the problem's own note about it is gone (the decision states what it keeps)
+    assert not any("above its quota" in n for n in d.solver.notes)
     assert [c.jobs for c in p.pending] == [("a-any",)] and p.unplaceable == ("a-a100",)
     v100 = p.types.index("V100")
     assert p.pending[0].types == (v100,)
