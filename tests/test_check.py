@@ -347,6 +347,7 @@ def over_dec(**changes: Any) -> dict[str, Any]:
         "now": 10000.0,
         "status": "feasible",
         "solver": {"backend": "test", "seconds": 0.0, "notes": [over_quota_note("a", "A100", 2)]},
+        "kept_over_quota": [{"tenant": "a", "gpu_type": "A100", "gpus": 2}],
         "queue": ["a-p"],
         "queue_reasons": {"a-p": "quota_and_no_lender"},
     }
@@ -426,34 +427,47 @@ def test_over_quota_lender_that_already_lends_its_idle_quota() -> None:
     s["jobs"][2]["gpus"] = 3
     dec = over_dec(
         loans=[{"lender": "b", "borrower": "a", "gpu_type": "A100", "gpus": 1}],
-        solver={"backend": "test", "seconds": 0.0, "notes": [over_quota_note("a", "A100", 1)]},
+        kept_over_quota=[{"tenant": "a", "gpu_type": "A100", "gpus": 1}],
     )
     assert found(s, dec) == []
 
 
+def _kept(*entries: tuple[str, str, int]) -> list[dict[str, Any]]:
+    return [{"tenant": ten, "gpu_type": t, "gpus": g} for ten, t, g in entries]
+
+
 @pytest.mark.parametrize(
-    "notes",
+    ("kept", "expected", "says"),
     [
-        [],
-        [over_quota_note("b", "A100", 2)],
-        [over_quota_note("a", "V100", 2)],
-        ["tenant a keeps 2 A100 GPUs over quota"],
+        ([], [(4, ("a",))], "kept_over_quota does not list it"),
+        (_kept(("a", "A100", 7)), [(4, ("a",))], "kept_over_quota says 7"),
+        (_kept(("a", "A100", 1)), [(4, ("a",))], "kept_over_quota says 1"),
+        (_kept(("b", "A100", 2)), [(4, ("a",)), (4, ("b",))], "lists 2 'A100' GPUs of tenant 'b'"),
+        (_kept(("a", "V100", 2)), [(4, ("a",)), (4, ("a",))], "unknown GPU type 'V100'"),
+        (_kept(("z", "A100", 2)), [(4, ("z",)), (4, ("a",))], "unknown tenant 'z'"),
+        (_kept(("a", "A100", 2), ("a", "A100", 2)), [(4, ("a",))], "is listed twice"),
     ],
-    ids=["no-note", "other-tenant", "other-type", "free-text"],
+    ids=["missing", "too-many", "too-few", "other-tenant", "unknown-type", "unknown-tenant", "twice"],
 )
-def test_over_quota_must_be_noted(notes: list[str]) -> None:
-    # (iv)
-    dec = over_dec(solver={"backend": "test", "seconds": 0.0, "notes": notes})
-    assert found(over_snap(), dec) == [(4, ("a",))]
-    v = check_capacity_and_loans(*_state_dec_after(over_snap(), dec))[0]
-    assert over_quota_note("a", "A100", 2) in v.message
+def test_over_quota_must_be_listed_exactly(
+    kept: list[dict[str, Any]], expected: list[Any], says: str
+) -> None:
+    # (iv) the typed field lists each kept excess with its exact size, and nothing else; the
+    # over-quota note in solver.notes (still there, for people) does not count
+    dec = over_dec(kept_over_quota=kept)
+    assert found(over_snap(), dec) == expected
+    msgs = [v.message for v in check_capacity_and_loans(*_state_dec_after(over_snap(), dec))]
+    assert any(says in m for m in msgs), msgs
 
 
-def test_over_quota_note_names_tenant_and_type_not_count() -> None:
-    dec = over_dec(
-        solver={"backend": "test", "seconds": 0.0, "notes": ["x", over_quota_note("a", "A100", 7)]}
-    )
-    assert found(over_snap(), dec) == []
+def test_over_quota_field_is_checked_against_the_rule_not_trusted() -> None:
+    # listing the excess does not make it allowed: a-2 on a loan that is gone is not old use
+    s = over_snap()
+    s["jobs"][1]["on_loan"] = True
+    assert found(s, over_dec()) == [(4, ("a",))]
+    # and a tenant within quota plus loans may not be listed
+    dec = over_dec(kept_over_quota=_kept(("a", "A100", 2), ("b", "A100", 1)))
+    assert found(over_snap(), dec) == [(4, ("b",))]
 
 
 def test_over_quota_never_exceeds_capacity() -> None:

@@ -392,6 +392,7 @@ def test_use_kept_over_quota_does_not_grow() -> None:
                 "now": s["now"],
                 "status": "feasible",
                 "solver": {"backend": "t", "seconds": 0, "notes": [over_quota_note("a", "A100", kept)]},
+                "kept_over_quota": [{"tenant": "a", "gpu_type": "A100", "gpus": kept}],
                 "resize": [_rz("el", gpus, 2, "grow")] if len(gpus) != 2 else [],
             }
         )

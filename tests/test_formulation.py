@@ -19,7 +19,7 @@ from optsched.engine.backends.base import SolveParams, SolveStatus
 from optsched.engine.candidates import build_problem
 from optsched.engine.check import check_decision, over_quota_note
 from optsched.engine.decide import to_decision
-from optsched.engine.formulation import CONSTRAINT_FAMILIES, build_model
+from optsched.engine.formulation import CONSTRAINT_FAMILIES, build_model, from_assignment, is_feasible
 from optsched.engine.objective import value
 from optsched.engine.problem import Assignment, EpochProblem, GuestCandidate
 from optsched.engine.state import ClusterState, load_state
@@ -232,16 +232,22 @@ def test_only_candidates_are_preempted(exact: str) -> None:
 
 @pytest.mark.parametrize("exact", EXACT)
 def test_preemption_only_when_its_gpus_are_used_by_starts_on_that_type(exact: str) -> None:
-    # a 2-GPU best-effort job (cost 1) fills the type; stopping it for one 1-GPU guaranteed
-    # job (10) would leave a GPU idle: forbidden (without the row: 9). Two such jobs use both.
-    be = run("be", 0, 2, candidate=True, cost=1.0)
-    p = problem(2, (2,), (cls(0, 1, (10.0,)),), (be,))
+    # two 2-GPU best-effort jobs (cost 1 each) fill the type; stopping both for one 1-GPU
+    # guaranteed job (10) would leave 3 GPUs idle, more than what is left of one gang stopped
+    # whole: forbidden (without the row: 8). Stopping one of them leaves one GPU idle, which a
+    # gang stopped whole for a smaller start may (the checker admits it, and so does the
+    # greedy plan): 9. Two such jobs use both freed GPUs.
+    be = (run("be", 0, 2, candidate=True, cost=1.0), run("be2", 0, 2, candidate=True, cost=1.0))
+    p = problem(4, (4,), (cls(0, 1, (10.0,)),), be)
     a = solve(p, exact)
-    assert a.preempt == set() and a.starts == {}
-    assert value(p, a) == 0.0
-    p = problem(2, (2,), (cls(0, 1, (10.0, 10.0)),), (be,))
+    assert len(a.preempt) == 1 and a.starts == {0: {(0, False): 1}}
+    assert value(p, a) == pytest.approx(9.0)
+    m = build_model(p)
+    both = from_assignment(m, p, Assignment(starts={0: {(0, False): 1}}, preempt={0, 1}))
+    assert not is_feasible(m, both)
+    p = problem(4, (4,), (cls(0, 1, (10.0, 10.0)),), be)
     a = solve(p, exact)
-    assert a.preempt == {0} and a.starts == {0: {(0, False): 2}}
+    assert len(a.preempt) == 1 and a.starts == {0: {(0, False): 2}}
     assert value(p, a) == pytest.approx(19.0)
 
 
@@ -326,7 +332,9 @@ def test_over_quota_use_is_kept_and_nothing_starts_on_top_of_it(exact: str) -> N
     assert [(s.job, s.allocation[0].node, s.on_loan) for s in d.start] == [("a-any", "v0", False)]
     assert d.queue == ["a-a100"]
     assert over_quota_note("a", "A100", 2) in d.solver.notes
-    assert any("tenant a runs 2 'A100' GPUs above its quota" in n for n in d.solver.notes)
+    assert [(k.tenant, k.gpu_type, k.gpus) for k in d.kept_over_quota] == [("a", "A100", 2)]
+    # one number: the problem's own note about it is gone (the decision states what it keeps)
+    assert not any("above its quota" in n for n in d.solver.notes)
     assert [c.jobs for c in p.pending] == [("a-any",)] and p.unplaceable == ("a-a100",)
     v100 = p.types.index("V100")
     assert p.pending[0].types == (v100,)

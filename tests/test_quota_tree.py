@@ -376,6 +376,7 @@ def test_kept_over_quota_needs_no_loan_a_group_limit_forbids() -> None:
         "over-quota: tenant rank keeps 2 'A100' GPUs above quota with no lender to cover them"
         in d.solver.notes
     )
+    assert [(k.tenant, k.gpu_type, k.gpus) for k in d.kept_over_quota] == [("rank", "A100", 2)]
     group(snap, "research")["lend_limit"] = {"A100": 4}
     state = load_state(snap)
     msgs = [v.message for v in check_decision(state, d)]

@@ -269,9 +269,7 @@ def build_problem(
                 movable_own[r.tenant][r.type] += r.gpus
         if not r.candidate:
             fixed[r.type] += r.gpus
-    kept_over, short, over_notes = _over_quota(
-        held_all, held_own, quota, borrow, lend, ten_ids, types, state.tree
-    )
+    kept_over, short = _over_quota(held_all, held_own, quota, borrow, lend, ten_ids, types, state.tree)
     # where lenders cannot cover all on-loan use, some on-loan jobs must stop whatever starts;
     # which ones is the model's choice, so any of them may free GPUs that nothing uses
     on_loan_gpus = [0] * nt
@@ -389,7 +387,7 @@ def build_problem(
     )
     shareable_jobs.sort()
     complete = len(shareable_jobs) <= MAX_GUEST_JOBS or not hosts
-    notes = list(state.tree.notes) + list(over_notes)
+    notes = list(state.tree.notes)
     notes += [
         f"priority class '{name}' of tenant {ten} is in no priority_classes table: weight 1"
         for ten, name in sorted(unknown_classes)
@@ -518,7 +516,7 @@ def _over_quota(
     tenants: tuple[str, ...],
     types: tuple[str, ...],
     tree: QuotaTree = EMPTY,
-) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...], list[str]]:
+) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
     """Over-quota use the lenders cannot cover, per tenant and type, and the on-loan deficit.
 
     Lenders' idle quota (capped by ``lend_limit``) covers first the use running above quota
@@ -531,16 +529,9 @@ def _over_quota(
     nk, nt = len(tenants), len(types)
     kept = [[0] * nt for _ in range(nk)]
     deficit = [0] * nt
-    notes: list[str] = []
     for t in range(nt):
         if not tree.empty and tree.limited(types[t]):
             _over_quota_tree(held_all, held_own, quota, borrow, lend, t, types[t], tree, kept, deficit)
-            for i in range(nk):
-                if kept[i][t] > 0:
-                    notes.append(
-                        f"tenant {tenants[i]} runs {kept[i][t]} '{types[t]}' GPUs above its quota with "
-                        "no lender to cover them: they keep running, nothing starts on top of them"
-                    )
             continue
         pool = 0
         for i in range(nk):
@@ -560,11 +551,6 @@ def _over_quota(
             pool -= cover
             room[i] -= cover
             kept[i][t] = over - cover
-            if kept[i][t] > 0:
-                notes.append(
-                    f"tenant {tenants[i]} runs {kept[i][t]} '{types[t]}' GPUs above its quota with no "
-                    "lender to cover them: they keep running, nothing starts on top of them"
-                )
         for i in range(nk):
             on_loan = held_all[i][t] - max(held_own[i][t], quota[i][t])
             if on_loan <= 0:
@@ -573,7 +559,7 @@ def _over_quota(
             pool -= cover
             room[i] -= cover
             deficit[t] += on_loan - cover
-    return tuple(tuple(r) for r in kept), tuple(deficit), notes
+    return tuple(tuple(r) for r in kept), tuple(deficit)
 
 
 def _room(limit: int | None) -> int:

@@ -22,8 +22,8 @@
                         at every level of the quota tree (group
                         borrow/lend limits, subtree use: ``_check_groups``),
                         lenders lend idle quota; old over-quota use may
-                        stay when no lender can cover it (said in
-                        ``solver.notes``, see :func:`over_quota_note`)
+                        stay when no lender can cover it (listed in
+                        ``kept_over_quota``, verified against the rule)
  5  start-or-queue      every pending job exactly once in ``start`` or     ``check_start_or_queue``
                         ``queue``
  6  workflow-plan       workflow plan rules                                ``check_workflow_plan``
@@ -49,7 +49,6 @@ Invariant 7 (bad input is rejected) is checked when the snapshot is read
 from __future__ import annotations
 
 import functools
-import re
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -85,14 +84,9 @@ __all__ = [
 
 EPS = 1e-6
 
-_OVER_QUOTA_RE = re.compile(
-    r"over-quota: tenant (?P<tenant>.+) keeps (?P<gpus>\d+) '(?P<type>.+)' GPUs above quota "
-    r"with no lender to cover them"
-)
-
-
 def over_quota_note(tenant: str, gpu_type: str, gpus: int) -> str:
-    """The ``solver.notes`` line a decision carries for use kept above quota (amended invariant 4).
+    """The ``solver.notes`` line a decision carries for use kept above quota (amended invariant 4),
+    for people: the checker reads the typed ``Decision.kept_over_quota`` instead.
 
     ``over_quota_note("a", "A100", 3)`` is
     ``"over-quota: tenant a keeps 3 'A100' GPUs above quota with no lender to cover them"``.
@@ -103,14 +97,27 @@ def over_quota_note(tenant: str, gpu_type: str, gpus: int) -> str:
     )
 
 
-def _noted_over_quota(notes: list[str]) -> set[tuple[str, str]]:
-    """(tenant, GPU type) pairs that ``notes`` declare as kept over quota."""
-    out: set[tuple[str, str]] = set()
-    for note in notes:
-        m = _OVER_QUOTA_RE.fullmatch(note.strip())
-        if m is not None:
-            out.add((m["tenant"], m["type"]))
-    return out
+def _declared_over_quota(
+    state: ClusterState, decision: Decision, out: list[Violation]
+) -> dict[tuple[str, str], int]:
+    """(tenant, GPU type) -> GPUs that ``decision.kept_over_quota`` declares kept over quota;
+    unknown names and repeated pairs are reported in ``out`` (and the repeats left out)."""
+    declared: dict[tuple[str, str], int] = {}
+    for k, entry in enumerate(decision.kept_over_quota):
+        where = f"kept_over_quota[{k}]"
+        if entry.tenant not in state.tenant_index:
+            out.append(Violation(4, f"{where}: unknown tenant '{entry.tenant}'", (entry.tenant,)))
+            continue
+        if entry.gpu_type not in state.snapshot.gpu_types:
+            out.append(Violation(4, f"{where}: unknown GPU type '{entry.gpu_type}'", (entry.tenant,)))
+            continue
+        key = (entry.tenant, entry.gpu_type)
+        if key in declared:
+            msg = f"{where}: tenant '{entry.tenant}' on '{entry.gpu_type}' is listed twice"
+            out.append(Violation(4, msg, (entry.tenant,)))
+            continue
+        declared[key] = entry.gpus
+    return declared
 
 
 @dataclass(frozen=True)
@@ -706,7 +713,10 @@ def check_capacity_and_loans(state: ClusterState, decision: Decision, after: _Af
           (quota minus its use after the decision, within ``lend_limit``, minus what it already
           lends, within the room left under the limits of the quota groups the loan would
           cross) is zero, or the tenant's ``borrow_limit`` is reached;
-    (iv) ``solver.notes`` holds :func:`over_quota_note` for that tenant and type.
+    (iv) ``decision.kept_over_quota`` lists that tenant and type with exactly that excess.
+
+    Conversely, every entry of ``kept_over_quota`` must be such an excess: the checker
+    recomputes it from the allocations and loans and never takes the field's word for it.
     """
     out: list[Violation] = []
     cap = state.capacity()
@@ -745,7 +755,7 @@ def check_capacity_and_loans(state: ClusterState, decision: Decision, after: _Af
         ll = state.lend_limit(ten, t)
         return idle if ll is None else min(idle, ll - lo)
 
-    noted = _noted_over_quota(decision.solver.notes)
+    declared = _declared_over_quota(state, decision, out)
     tree = state.tree
     into, outof = group_flows(tree, _good_loans(state, decision))
     tix = state.tenant_index
@@ -773,6 +783,15 @@ def check_capacity_and_loans(state: ClusterState, decision: Decision, after: _Af
             li, lo = lent_in[(ten, t)], lent_out[(ten, t)]
             bl = state.borrow_limit(ten, t)
             excess = u - q - li
+            if (ten, t) in declared and excess <= 0:
+                out.append(
+                    Violation(
+                        4,
+                        f"kept_over_quota lists {declared[(ten, t)]} '{t}' GPUs of tenant '{ten}', but "
+                        f"its use {u} is within quota {q} + loans {li}",
+                        (ten,),
+                    )
+                )
             if excess > 0:
                 held_over = max(0, own_old[(ten, t)] - q)
                 if excess > held_over:
@@ -781,7 +800,9 @@ def check_capacity_and_loans(state: ClusterState, decision: Decision, after: _Af
                     out.append(Violation(4, msg, (ten,)))
                 else:
                     kept_ok[(ten, t)] = excess
-                    out += _kept_over_quota(state, ten, t, excess, starts[(ten, t)], bl, li, reach, noted)
+                    out += _kept_over_quota(
+                        state, ten, t, excess, starts[(ten, t)], bl, li, reach, declared.get((ten, t))
+                    )
             if bl is not None and li > bl:
                 out.append(Violation(4, f"tenant '{ten}' borrows {li} '{t}' GPUs, borrow_limit {bl}", (ten,)))
             ll = state.lend_limit(ten, t)
@@ -840,7 +861,7 @@ def _kept_over_quota(
     borrow_limit: int | None,
     received: int,
     reach: Callable[[str, str, str], int],
-    noted: set[tuple[str, str]],
+    declared: int | None,
 ) -> list[Violation]:
     """Conditions (ii)-(iv) of the over-quota amendment for ``excess`` GPUs of ``ten`` on ``t``."""
     out: list[Violation] = []
@@ -866,12 +887,12 @@ def _kept_over_quota(
                     (ten, *lenders),
                 )
             )
-    if (ten, t) not in noted:
+    if declared != excess:
+        says = "does not list it" if declared is None else f"says {declared}"
         out.append(
             Violation(
                 4,
-                f"tenant '{ten}' keeps {excess} '{t}' GPUs above quota but solver.notes does not "
-                f'say so (expected "{over_quota_note(ten, t, excess)}")',
+                f"tenant '{ten}' keeps {excess} '{t}' GPUs above quota but kept_over_quota {says}",
                 (ten,),
             )
         )

@@ -28,6 +28,7 @@ from optsched.schema.decision import (
     Decision,
     Explanation,
     JobPrediction,
+    KeptOverQuota,
     Loan,
     Preempt,
     PreemptReason,
@@ -246,7 +247,7 @@ def to_decision(
             use[(state.job(s.job).tenant, state.node_type(s.allocation[0].node))] += len(s.allocation)
     kept = {
         (p.tenants[i], p.types[t]): n
-        for i, row in enumerate(p.kept_over)
+        for i, row in enumerate(assignment.kept_over(p))
         for t, n in enumerate(row)
         if n > 0
     }
@@ -290,10 +291,19 @@ def to_decision(
         queue_reasons=reasons,
         explanations=explanations,
         loans=loans,
+        kept_over_quota=kept_over_quota(uncovered),
         assurance={t: round(signal[t].value, 6) for t in state.tenant_ids},
         assurance_state=asr.next_state(state, signal, sorted(started)),
         predictions=preds,
     )
+
+
+def kept_over_quota(uncovered: Mapping[tuple[str, str], int]) -> list[KeptOverQuota]:
+    """``Decision.kept_over_quota`` from (tenant, type) -> excess no lender covered (what
+    :func:`derive_loans` returns), in tenant and type order."""
+    return [
+        KeptOverQuota(tenant=ten, gpu_type=t, gpus=n) for (ten, t), n in sorted(uncovered.items()) if n > 0
+    ]
 
 
 def derive_loans(

@@ -44,7 +44,7 @@ from typing import Any
 from optsched.engine import assurance as asr
 from optsched.engine.candidates import cap_starved, starved_types
 from optsched.engine.check import check_decision, over_quota_note
-from optsched.engine.decide import _Placer, derive_loans
+from optsched.engine.decide import _Placer, derive_loans, kept_over_quota
 from optsched.engine.objective import ObjectiveWeights
 from optsched.engine.state import ClusterState
 from optsched.errors import OptschedError
@@ -228,6 +228,7 @@ def decide_event(state: ClusterState, *, allow_loans: bool = True,
         preempt=[],
         queue=queue,
         loans=loans,
+        kept_over_quota=kept_over_quota(uncovered),
         assurance={t: round(float(prev.get(t, {}).get("a", 1.0)), 6) for t in state.tenant_ids},
         assurance_state=_next_state(state, started),
     )

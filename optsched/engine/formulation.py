@@ -27,9 +27,13 @@ Constraint families, one function each, named after the invariant they enforce
 * ``add_gpu_sharing`` (1): one guest per host (MPS pairs) and none on a stopped host,
   :math:`\sum_{p \to h} y_p \le 1 - z_h`; memory fit and type are filtered per candidate.
 * ``add_capacity_and_loans`` (4): per type, started minus preempted host GPUs fit in the free
-  capacity; per tenant and type, own starts fit in quota,
-  :math:`U_{it} - b_{it} + e_{it} \le q_{it} + \kappa_{it}` (:math:`\kappa` the use kept over
-  quota, amended invariant 4), and :math:`\sum_i b_{it} \le \sum_i e_{it}`; resized elastic
+  capacity; per tenant and type, own starts fit in quota (where the tenant's own jobs already
+  run above it, only a decision that starts inside quota must first stop some: a binary
+  ``own_start``), :math:`U_{it} - b_{it} + e_{it} - \kappa_{it} \le q_{it}` with
+  :math:`\kappa_{it}` the use kept over quota (amended invariant 4), at most what no lender
+  covered in the snapshot and at most what the tenant's kept jobs not on loan still hold above
+  quota after its own preemptions and shrinks (``kept_is_old_use``: old use, never on-loan or
+  new use), and :math:`\sum_i b_{it} \le \sum_i e_{it}`; resized elastic
   jobs count with their new size (:math:`\pm\,\text{step}_r` per step), and growth takes idle
   GPUs only: an elastic job grows on a type only where the decision stops nothing (no
   preemption, no shrink; ``grow_idle_only``, a binary :math:`\gamma_t` per type), so the
@@ -38,10 +42,15 @@ Constraint families, one function each, named after the invariant they enforce
   into the subtree, :math:`\sum_{i \in G} (b_{it} - e_{it})`, within the group's
   ``borrow_limit``, and the net loans out of it within its ``lend_limit``.
 * ``add_preemption_rules`` (3): only candidates get a :math:`z` variable (preemptible
-  best-effort, on-loan and guest jobs); stopping a host stops its guest; and GPUs freed on a
-  type are used by starts on that type in the same decision,
-  :math:`\sum_r g_r z_{r} \le \sum_c g_c (o_{ct} + \ell_{ct}) + \delta_t` (:math:`\delta_t`:
-  on-loan use lenders can no longer cover, which must be reclaimed in any case). Operator
+  best-effort, on-loan and guest jobs); stopping a host stops its guest; a preemption on a type
+  needs a start inside quota there; and the GPUs priority victims (not on loan) free on a type
+  are used by starts inside quota on that type in the same decision,
+  :math:`\sum_{r \notin L} g_r z_{r} \le \sum_c g_c o_{ct} + \delta_t + G_t - 1 + V_t`
+  (:math:`\delta_t`: on-loan use lenders can no longer cover, which must be reclaimed in any
+  case; :math:`G_t`: the largest victim gang, which stops whole for a smaller start;
+  :math:`V_t`: own use above quota, which a tenant stops to start inside its quota). A reclaim
+  (:math:`r \in L`, on loan) may leave GPUs idle, as invariant 3 reads it: a gang is reclaimed
+  whole, and a lender's start can leave a loan without cover. Operator
   controls: a job younger than its minimum runtime gets no :math:`z` (it is no candidate);
   ``preemption_cap`` bounds the GPUs of a tenant's priority victims (candidates neither on loan
   nor guests) per decision, :math:`\sum_{r \in i} g_r z_r \le \text{cap}_i`; and
@@ -98,6 +107,13 @@ class LinearModel:
     lend: dict[tuple[int, int], int] = field(default_factory=dict)
     inflow: dict[tuple[int, int], int] = field(default_factory=dict)
     """(quota group, type) -> var: net loans into the group (0 when it lends)."""
+    kept: dict[tuple[int, int], int] = field(default_factory=dict)
+    """(tenant, type) -> GPUs kept over quota uncovered (where the problem's ``kept_over`` > 0)."""
+    none_kept: dict[tuple[int, int], int] = field(default_factory=dict)
+    """(tenant, type) -> 1 if its own stopped jobs leave it no use above quota to keep."""
+    own_start: dict[tuple[int, int], int] = field(default_factory=dict)
+    """(tenant, type) -> 1 if the tenant starts inside quota there (only where its own jobs
+    already run above quota, see ``add_capacity_and_loans``)."""
 
     def var(self, name: str, lb: int, ub: int, obj: float = 0.0) -> int:
         self.names.append(name)
@@ -153,9 +169,10 @@ def add_variables(m: LinearModel, p: EpochProblem) -> None:
                 f"borrow[{ten},{tname}]", 0, cap if bl is None else min(bl, cap), -p.objective.borrow_penalty
             )
             q = p.quota[i][t]
-            # a tenant running above quota with use no lender covers has no idle quota to lend
-            # (its kept allowance must not turn into lendable GPUs when its own jobs stop)
-            if q > 0 and p.kept_over[i][t] == 0:
+            # a tenant running above quota with use no lender covers lends only what its own
+            # stopped jobs leave idle below its quota: its kept allowance shrinks with them
+            # (``kept_is_old_use``), so it never turns into lendable GPUs
+            if q > 0:
                 ll = p.lend_limit[i][t]
                 m.lend[(i, t)] = m.var(f"lend[{ten},{tname}]", 0, q if ll is None else min(ll, q))
 
@@ -273,15 +290,48 @@ def add_capacity_and_loans(m: LinearModel, p: EpochProblem) -> None:
         for t, tname in enumerate(p.types):
             own = own_rows[i][t]
             if any(c > 0 for c in own.values()):
-                m.add(own, -INF, p.quota[i][t] - held_own[i][t], f"own_quota[{ten},{tname}]")
+                room = p.quota[i][t] - held_own[i][t]
+                if room < 0:
+                    # its own jobs already run above quota (lenders cover them): that binds only
+                    # a decision that starts inside quota (then it must first stop some of
+                    # them); without such a start nothing has to stop, as the checker reads it
+                    starts = {v: c for v, c in own.items() if c > 0}
+                    w = m.own_start[(i, t)] = m.var(f"own_start[{ten},{tname}]", 0, 1)
+                    big = sum(c * m.ub[v] for v, c in starts.items())
+                    m.add({**starts, w: -big}, -INF, 0, f"own_start_on[{ten},{tname}]")
+                    own = {**own, w: -room}
+                    room = 0
+                m.add(own, -INF, room, f"own_quota[{ten},{tname}]")
             total = use_rows[i][t]
             if (i, t) in m.borrow:
                 total[m.borrow[(i, t)]] = -1
             if (i, t) in m.lend:
                 total[m.lend[(i, t)]] = 1
+            if total and p.kept_over[i][t] > 0:
+                # what may stay uncovered is old use of its jobs not on loan that keep running:
+                # stopping or shrinking them uses the allowance up first (as the checker reads
+                # the amendment), so it never covers on-loan or new use
+                k = m.kept[(i, t)] = m.var(f"kept[{ten},{tname}]", 0, p.kept_over[i][t])
+                total[k] = -1
+                old = {k: 1}
+                for r, v in m.preempt.items():
+                    run = p.running[r]
+                    if run.tenant == i and run.type == t and not run.guest and not run.on_loan:
+                        old[v] = run.gpus
+                for r, v in m.shrink.items():
+                    run = p.running[r]
+                    if run.tenant == i and run.type == t and not run.on_loan:
+                        old[v] = run.step
+                if len(old) > 1:
+                    # k <= max(0, H - F): stopping more than its use above quota (H) leaves
+                    # nothing kept (``none_kept`` = 1), else k + F <= H
+                    over = held_own[i][t] - p.quota[i][t]
+                    y = m.none_kept[(i, t)] = m.var(f"none_kept[{ten},{tname}]", 0, 1)
+                    big = sum(c * m.ub[v] for v, c in old.items() if v != k)
+                    m.add({**old, y: -big}, -INF, over, f"kept_is_old_use[{ten},{tname}]")
+                    m.add({k: 1, y: p.kept_over[i][t]}, -INF, p.kept_over[i][t], f"none_kept[{ten},{tname}]")
             if total:
-                hi = p.quota[i][t] - held_all[i][t] + p.kept_over[i][t]
-                m.add(total, -INF, hi, f"tenant_use[{ten},{tname}]")
+                m.add(total, -INF, p.quota[i][t] - held_all[i][t], f"tenant_use[{ten},{tname}]")
     add_group_limits(m, p)
     add_group_inflow(m, p)
 
@@ -373,14 +423,26 @@ def add_preemption_rules(m: LinearModel, p: EpochProblem) -> None:
             need_own[t][v] = -big_own[t]
         if need_guar[t] and p.pending[c].guaranteed:
             need_guar[t][v] = -big_guar[t]
-    # the GPUs they free go to starts inside quota: a start on loan never takes GPUs a
-    # preemption frees (it borrows idle quota, it does not displace running work)
+    # the GPUs priority preemptions free go to starts inside quota: a start on loan never
+    # takes GPUs a priority preemption frees (it borrows idle quota, it does not displace
+    # running work), except what is left of a gang stopped whole for a smaller start (less
+    # than the type's largest victim gang) and the own jobs a tenant running above its quota
+    # stops to start inside it (``own_quota``: at most its use above quota). A reclaim (an
+    # on-loan job, whole or shrunk) may leave GPUs idle: its lender may always take them back
+    # (invariant 3), a gang is reclaimed whole even when the start it makes room for is
+    # smaller, and a lender's start can leave a loan without cover; it still needs a start
+    # inside quota on the type (the row below) that pays for it (``preemption_pays``)
+    held_own = p.held(own_only=True)
+    pairs = list(zip(held_own, p.quota, strict=True))
+    over = [sum(max(0, row[t] - q[t]) for row, q in pairs) for t in range(len(p.types))]
+    used = [dict(f) for f in freed_own]
     for (c, t), v in m.own.items():
-        if freed[t]:
-            freed[t][v] = -p.pending[c].gpus
+        if used[t]:
+            used[t][v] = -p.pending[c].gpus
     for t, tname in enumerate(p.types):
-        if any(c > 0 for c in freed[t].values()):
-            m.add(freed[t], -INF, p.deficit[t], f"preempt_only_if_used[{tname}]")
+        if any(c > 0 for c in used[t].values()):
+            slack = max(c for c in freed_own[t].values()) - 1 + over[t]
+            m.add(used[t], -INF, p.deficit[t] + slack, f"preempt_only_if_used[{tname}]")
         if any(c > 0 for c in need_own[t].values()):
             m.add(need_own[t], -INF, p.deficit[t], f"preempt_only_for_own_start[{tname}]")
         if any(c > 0 for c in need_guar[t].values()):
@@ -515,15 +577,41 @@ def from_assignment(m: LinearModel, p: EpochProblem, a: Assignment) -> list[int]
         t = p.running[r].type
         if d > 0 and t in m.grows_on:
             x[m.grows_on[t]] = 1
+    for c, counts in a.starts.items():
+        for (t, loan), k in counts.items():
+            w = m.own_start.get((p.pending[c].tenant, t))
+            if w is not None and not loan and k > 0 and (c, t) in m.own:
+                x[w] = 1
+    for r, d in a.resize.items():
+        run = p.running[r]
+        w = m.own_start.get((run.tenant, run.type))
+        if w is not None and d > 0 and not run.on_loan:
+            x[w] = 1
     # minimal loans: borrowers take exactly their excess, lenders give idle quota in order
     use = a.use(p)
+    kept = a.kept_over(p)
+    for (i, t), v in m.kept.items():
+        x[v] = kept[i][t]
+    if m.none_kept:
+        held = p.held(own_only=True)
+        below = [[q - h for q, h in zip(qs, hs, strict=True)] for qs, hs in zip(p.quota, held, strict=True)]
+        for r in a.preempt:
+            run = p.running[r]
+            if not run.guest and not run.on_loan:
+                below[run.tenant][run.type] += run.gpus
+        for r, d in a.resize.items():
+            run = p.running[r]
+            if d < 0 and not run.on_loan:
+                below[run.tenant][run.type] -= d * run.step
+        for (i, t), v in m.none_kept.items():
+            x[v] = 1 if below[i][t] > 0 else 0  # its own stopped jobs took it below quota
     for t in range(len(p.types)):
         if not p.tree.empty:
-            _tree_loans(m, p, use, t, x)
+            _tree_loans(m, p, use, kept, t, x)
             continue
         need = 0
         for i in range(len(p.tenants)):
-            excess = use[i][t] - p.quota[i][t] - p.kept_over[i][t]
+            excess = use[i][t] - p.quota[i][t] - kept[i][t]
             if excess > 0 and (i, t) in m.borrow:
                 x[m.borrow[(i, t)]] = excess
                 need += excess
@@ -552,12 +640,14 @@ def _inflow_values(m: LinearModel, p: EpochProblem, x: list[int]) -> None:
         x[f] = max(0, net)
 
 
-def _tree_loans(m: LinearModel, p: EpochProblem, use: list[list[int]], t: int, x: list[int]) -> None:
+def _tree_loans(
+    m: LinearModel, p: EpochProblem, use: list[list[int]], kept: list[list[int]], t: int, x: list[int]
+) -> None:
     """Minimal loans of the warm start under a quota tree: matched inside the smallest
     enclosing subtree first, within the groups' limits."""
     demands: list[tuple[int, int]] = []
     for i in range(len(p.tenants)):
-        excess = use[i][t] - p.quota[i][t] - p.kept_over[i][t]
+        excess = use[i][t] - p.quota[i][t] - kept[i][t]
         if excess > 0 and (i, t) in m.borrow:
             x[m.borrow[(i, t)]] = excess
             demands.append((i, excess))

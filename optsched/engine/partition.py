@@ -51,7 +51,7 @@ from optsched.engine import assurance as asr
 from optsched.engine.budget import Budget
 from optsched.engine.candidates import cap_starved, protected, starved_types
 from optsched.engine.check import over_quota_note
-from optsched.engine.decide import explain_decision
+from optsched.engine.decide import explain_decision, kept_over_quota
 from optsched.engine.state import ClusterState
 from optsched.schema.decision import (
     Decision,
@@ -840,6 +840,7 @@ def merge_plan(
         queue_reasons={},
         explanations={},
         loans=loans,
+        kept_over_quota=kept_over_quota(uncovered),
         assurance={t: round(signal[t].value, 6) for t in state.tenant_ids},
         assurance_state=asr.next_state(state, signal, sorted(started_ids)),
         predictions=predictions or None,

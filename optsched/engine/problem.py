@@ -230,13 +230,34 @@ class Assignment:
                 use[p.pending[c].tenant][t] += k * p.pending[c].gpus
         return use
 
+    def kept_over(self, problem: EpochProblem) -> list[list[int]]:
+        """[tenant][type]: use this assignment keeps over quota uncovered (amended invariant 4):
+        at most the problem's ``kept_over`` (what no lender covered), and at most what the
+        tenant's running jobs not on loan still hold above its quota after its preemptions and
+        shrinks (old use only: growth and on-loan jobs never count), as the checker reads it."""
+        p = problem
+        own = p.held(own_only=True)
+        for r in self.preempt:
+            run = p.running[r]
+            if not run.guest and not run.on_loan:
+                own[run.tenant][run.type] -= run.gpus
+        for r, d in self.resize.items():
+            run = p.running[r]
+            if d < 0 and not run.on_loan:
+                own[run.tenant][run.type] += d * run.step
+        return [
+            [min(k, max(0, own[i][t] - p.quota[i][t])) for t, k in enumerate(row)]
+            for i, row in enumerate(p.kept_over)
+        ]
+
     def borrowed(self, problem: EpochProblem) -> int:
         """GPUs borrowed in all: use above quota beyond what is kept over quota uncovered."""
         p = problem
+        kept = self.kept_over(p)
         total = 0
         for i, row in enumerate(self.use(p)):
             for t, u in enumerate(row):
-                total += max(0, u - p.quota[i][t] - p.kept_over[i][t])
+                total += max(0, u - p.quota[i][t] - kept[i][t])
         return total
 
     def inflow(self, problem: EpochProblem) -> int:
@@ -248,16 +269,17 @@ class Assignment:
         if p.tree.empty:
             return 0
         use = self.use(p)
+        kept = self.kept_over(p)
         total = 0
         for t, name in enumerate(p.types):
             if p.capacity[t] == 0:
                 continue
             shares = []
             for i in range(len(p.tenants)):
-                q, u, k = p.quota[i][t], use[i][t], p.kept_over[i][t]
+                q, u, k = p.quota[i][t], use[i][t], kept[i][t]
                 if u > q + k:
                     shares.append(q + k - u)
-                elif u < q and k == 0:
+                elif u < q:
                     ll = p.lend_limit[i][t]
                     shares.append(q - u if ll is None else min(ll, q - u))
                 else:

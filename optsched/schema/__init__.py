@@ -2,6 +2,7 @@
 
 from optsched.schema.decision import (
     Decision,
+    KeptOverQuota,
     Loan,
     ModelAction,
     Preempt,
@@ -37,6 +38,7 @@ __all__ = [
     "GpuRef",
     "GpuType",
     "Job",
+    "KeptOverQuota",
     "Loan",
     "Model",
     "ModelAction",

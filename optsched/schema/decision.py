@@ -238,8 +238,8 @@ class SolverInfo(_Strict):
     notes: list[str] = Field(
         default_factory=list,
         description="Warnings and remarks, one per line (added by optsched); use kept above quota "
-        "is announced here as `over-quota: tenant T keeps N 'TYPE' GPUs above quota with no lender "
-        "to cover them`.",
+        "is also said here, as `over-quota: tenant T keeps N 'TYPE' GPUs above quota with no lender "
+        "to cover them` (the typed record is `kept_over_quota`).",
     )
 
 
@@ -303,6 +303,17 @@ class Loan(_Strict):
     borrower: str = Field(description="Id of the tenant using it.")
     gpu_type: str = Field(description="The GPU type lent.")
     gpus: int = Field(ge=1, description="Number of GPUs lent.")
+
+
+class KeptOverQuota(_Strict):
+    """Use a tenant keeps running above its quota on a GPU type with no loan to cover it (the
+    over-quota amendment of invariant 4)."""
+
+    tenant: str = Field(description="Id of the tenant running above its quota.")
+    gpu_type: str = Field(description="The GPU type.")
+    gpus: int = Field(
+        ge=1, description="GPUs of its use above quota plus received loans after this decision."
+    )
 
 
 class JobPrediction(BaseModel):
@@ -430,6 +441,15 @@ class Decision(_Strict):
     )
     loans: list[Loan] = Field(
         default_factory=list, description="Idle quota lent between tenants, in force after this decision."
+    )
+    kept_over_quota: list[KeptOverQuota] = Field(
+        default_factory=list,
+        description="Per tenant and GPU type, the use it keeps above quota with no loan to cover it "
+        "(added by optsched): only use that was already running above quota without a loan (a "
+        "lowered quota, a lost node) and keeps running, when no lender can cover it; the decision "
+        "then starts nothing on top of it for that tenant and type. `gpus` is the tenant's use "
+        "minus its quota minus the loans it receives; the checker recomputes it from the "
+        "allocations and verifies the rule, and every such excess must be listed here.",
     )
     assurance: dict[str, float] = Field(
         default_factory=dict,

@@ -82,9 +82,14 @@ class _Ledger:
         if u < q:
             ll = p.lend_limit[i][t]
             return q - u if ll is None else min(ll, q - u)
-        if u > q + p.kept_over[i][t]:
-            return -(u - q - p.kept_over[i][t])
+        if u > q + self.kept(i, t):
+            return -(u - q - self.kept(i, t))
         return 0
+
+    def kept(self, i: int, t: int) -> int:
+        """Use tenant ``i`` keeps over quota uncovered on ``t``: at most what its jobs not on
+        loan still hold above quota (old use; stopping them uses the allowance up first)."""
+        return min(self.p.kept_over[i][t], max(0, self.own[i][t] - self.p.quota[i][t]))
 
     def pool(self, t: int) -> int:
         """Lendable idle quota minus current borrowing on type ``t`` (with quota groups
@@ -119,7 +124,7 @@ class _Ledger:
 
     def borrow_ok(self, i: int, t: int) -> bool:
         bl = self.p.borrow_limit[i][t]
-        if bl is not None and self.use[i][t] - self.p.quota[i][t] - self.p.kept_over[i][t] > bl:
+        if bl is not None and self.use[i][t] - self.p.quota[i][t] - self.kept(i, t) > bl:
             return False
         # quota groups: no subtree borrows more than its borrow_limit
         return not self._limited[t] or not self._bad[t]
@@ -128,13 +133,13 @@ class _Ledger:
         self.free[t] -= sign * g
         before = self._share(i, t)
         self.use[i][t] += sign * g
+        if own:
+            self.own[i][t] += sign * g
         after = self._share(i, t)
         self._pool[t] += after - before
         if self._limited[t] and after != before:
             self._tree_update(i, t, after - before)
         self.started[t] += sign * g
-        if own:
-            self.own[i][t] += sign * g
 
     def feasible(self, i: int, t: int) -> bool:
         return self.free[t] >= 0 and self.pool(t) >= 0 and self.borrow_ok(i, t)
