@@ -152,7 +152,12 @@ def run(
         return results, failures
     if kind == "serial":
         if setup is not None:
-            setup[0](*setup[1])
+            try:
+                setup[0](*setup[1])
+            except Exception as exc:
+                for key, _, _ in items:
+                    fail(Failure(key, f"RuntimeError: setup failed: {_describe(exc)}", exception=exc))
+                return results, failures
         for key, fn, args in items:
             for attempt in range(retries + 1):
                 try:

@@ -14,8 +14,8 @@ from optsched import solve_epoch
 from optsched.engine.backends.base import SolveParams
 from optsched.engine.state import ClusterState, parse_snapshot
 from optsched.instances import generate
-from optsched.sim.runner import TABLES, RunSpec, run_dir, run_many
 from optsched.parallel import run as run_tasks
+from optsched.sim.runner import TABLES, RunSpec, run_dir, run_many
 from optsched.sim.sweep import run_specs
 
 ray = pytest.importorskip("ray", reason="ray is not installed (the optional 'ray' extra)")

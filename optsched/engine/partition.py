@@ -433,7 +433,7 @@ def run_parts(
     timeout = params.time_limit_s + PART_GRACE * whole
     tasks = [(p, solve_part, (part, params, signal, solve, ref)) for p, part in enumerate(parts)]
     warm = parts[0].model_copy(update={"nodes": parts[0].nodes[:1], "jobs": []}) if parts else None
-    setup = (setup_worker, (ref, warm, params, solve))
+    setup = (setup_worker, (ref, warm, params, solve)) if mode != "serial" else None
     done, failures = parallel.run(tasks, mode=mode, timeout_s=timeout, setup=setup)
     for f in failures:
         why = (

@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from optsched.cli import app
-from optsched.sim.runner import RunSpec, clean, run_many
 from optsched.parallel import run as run_tasks
+from optsched.sim.runner import RunSpec, clean, run_many
 from optsched.sim.sweep import SweepSpec, run_specs, run_sweep, specs_for
 
 TIMING = {"sim_seconds", "cpu_seconds", "command"}
