@@ -16,8 +16,10 @@ The design (``docs/partitioning.md`` says why each step keeps the guarantees exa
    its slice.
 4. **Route pending jobs** to their tenant's home part (the next part with the type when the
    home part has none); a gang that no part can hold is left for the coordination step.
-5. **Solve the parts** with the ordinary pipeline (``solve_epoch`` on each part's snapshot): on
-   Ray tasks when Ray is initialised, else in processes, or one after the other.
+5. **Solve the parts** with the ordinary pipeline (``solve_epoch`` on each part's snapshot)
+   through :func:`optsched.parallel.run`: on Ray tasks when Ray is initialised, else in fresh
+   worker interpreters (never a fork), or one after the other; a part that fails or overruns
+   its share is answered by its greedy plan, labelled ``fallback``.
 6. **Coordinate.** The parts' starts and preemptions are merged; then, on the whole fleet, the
    queued jobs (oldest guaranteed first) are placed on the GPUs left free, inside their tenant's
    *global* idle quota or on loan from the *global* idle quota of the others; ``on_loan`` flags
@@ -373,12 +375,9 @@ def load_predictor(ref: PredictorRef) -> Predictor | None:
 def setup_worker(ref: PredictorRef, warm: Snapshot | None = None, params: SolveParams | None = None,
                  solve: SolveFn | None = None) -> None:
     """A part worker's setup (outside the parts' clocks): load the predictor, and solve
-    ``warm`` (a part without jobs) once so every import and first call of the pipeline is done."""
-    from optsched.engine import epoch
-
+    ``warm`` (a part without jobs) once so every import and first call of the pipeline is done
+    (the default predictor, ``None``, is loaded by that first call)."""
     pred = load_predictor(ref)
-    if pred is None:
-        pred = epoch.default_predictor()
     if warm is not None and solve is not None:
         solve(warm, params=params, predictor=pred)
 
