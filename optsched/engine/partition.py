@@ -377,9 +377,16 @@ def setup_worker(ref: PredictorRef, warm: Snapshot | None = None, params: SolveP
     """A part worker's setup (outside the parts' clocks): load the predictor, and solve
     ``warm`` (a part without jobs) once so every import and first call of the pipeline is done
     (the default predictor, ``None``, is loaded by that first call)."""
+    key = (ref.kind, ref.models_dir, ref.sources, params.backend if params is not None else None)
+    if key in _WARMED:  # (a Ray task runs the setup each time: once per process is enough)
+        return
     pred = load_predictor(ref)
     if warm is not None and solve is not None:
         solve(warm, params=params, predictor=pred)
+    _WARMED.add(key)
+
+
+_WARMED: set[tuple[str, str | None, tuple[str, ...], str | None]] = set()
 
 
 def solve_part(
