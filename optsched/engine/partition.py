@@ -407,13 +407,6 @@ def solve_part(
     )
 
 
-def ray_ready() -> bool:
-    """Whether Ray is importable and initialised in this process."""
-    from optsched.parallel import ray_ready as ready
-
-    return ready()
-
-
 def run_parts(
     parts: list[Snapshot],
     params: SolveParams,
