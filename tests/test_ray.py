@@ -14,8 +14,9 @@ from optsched import solve_epoch
 from optsched.engine.backends.base import SolveParams
 from optsched.engine.state import ClusterState, parse_snapshot
 from optsched.instances import generate
+from optsched.parallel import run as run_tasks
 from optsched.sim.runner import TABLES, RunSpec, run_dir, run_many
-from optsched.sim.sweep import execute, run_specs
+from optsched.sim.sweep import run_specs
 
 ray = pytest.importorskip("ray", reason="ray is not installed (the optional 'ray' extra)")
 
@@ -73,9 +74,9 @@ def _broken(x: int) -> int:
 
 def test_ray_tasks_are_retried_and_failures_reported(local_ray: None, tmp_path: Path) -> None:
     failed: list[object] = []
-    results, failures = execute(
+    results, failures = run_tasks(
         [("flaky", _flaky, (str(tmp_path / "m"),)), ("broken", _broken, (3,))],
-        use_ray=True, retries=1, on_fail=lambda k, e: failed.append(k),
+        mode="ray", retries=1, on_fail=lambda k, e: failed.append(k),
     )
     assert results == {"flaky": "ok"}
     assert [f.key for f in failures] == ["broken"] == failed

@@ -48,6 +48,9 @@ LOOKAHEAD_SHARE = 0.05
 PART_SHARE = 0.7
 """Share of the time limit each part of a partitioned epoch gets (parts run in parallel; the
 split and the merge use the rest)."""
+PART_GRACE = 0.1
+"""A part's answer may come this share of the call's limit after its own share (the transfer
+back); a part that has not answered by then is cut off and answered by the greedy plan."""
 WALL_SAFETY = 1.5
 """A backend called without ``work_s`` (outside :func:`~optsched.solve_epoch`) takes the
 wall-clock limit divided by this as its work budget."""

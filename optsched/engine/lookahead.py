@@ -313,7 +313,10 @@ def _cpsat_plan(
     solver.parameters.random_seed = seed
     solver.parameters.max_deterministic_time = work_s
     wall = solver.parameters.max_time_in_seconds = max(1.0, 20 * work_s)
-    status = solver.solve(m)
+    from optsched.engine.backends.stdio import solver_output_to_stderr
+
+    with solver_output_to_stderr():  # solver text never reaches stdout
+        status = solver.solve(m)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE) or solver.wall_time >= wall:
         return None  # a plan cut by the wall clock (a safety net only) would depend on the load
     if solver.objective_value <= _score(items, hint, slots) + 0.5:

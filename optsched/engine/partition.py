@@ -16,8 +16,10 @@ The design (``docs/partitioning.md`` says why each step keeps the guarantees exa
    its slice.
 4. **Route pending jobs** to their tenant's home part (the next part with the type when the
    home part has none); a gang that no part can hold is left for the coordination step.
-5. **Solve the parts** with the ordinary pipeline (``solve_epoch`` on each part's snapshot): on
-   Ray tasks when Ray is initialised, else in processes, or one after the other.
+5. **Solve the parts** with the ordinary pipeline (``solve_epoch`` on each part's snapshot)
+   through :func:`optsched.parallel.run`: on Ray tasks when Ray is initialised, else in fresh
+   worker interpreters (never a fork), or one after the other; a part that fails or overruns
+   its share is answered by its greedy plan, labelled ``fallback``.
 6. **Coordinate.** The parts' starts and preemptions are merged; then, on the whole fleet, the
    queued jobs (oldest guaranteed first) are placed on the GPUs left free, inside their tenant's
    *global* idle quota or on loan from the *global* idle quota of the others; ``on_loan`` flags
@@ -38,17 +40,15 @@ so the decision carries no bound; ``solver.notes`` lists every part's size, stat
 from __future__ import annotations
 
 import math
-import os
 import time
 import zlib
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from optsched.engine import assurance as asr
-from optsched.engine.budget import Budget
+from optsched.engine.budget import PART_GRACE, PART_SHARE, Budget
 from optsched.engine.candidates import cap_starved, protected, starved_types
 from optsched.engine.check import over_quota_note
 from optsched.engine.decide import explain_decision, kept_over_quota
@@ -315,41 +315,90 @@ SolveFn = Callable[..., Decision]
 """The ordinary pipeline, :func:`optsched.engine.epoch.solve_epoch` (passed in by the caller, so
 this module does not import the module that imports it; a top-level function pickles by name)."""
 
+@dataclass(frozen=True)
+class PredictorRef:
+    """How a part's worker gets its predictor: plain data, never a loaded (pickled) booster.
+
+    ``default``: the worker's own default predictor (:func:`optsched.engine.epoch.default_predictor`,
+    loaded once per worker); ``models``: the LightGBM boosters of ``models_dir``, loaded once per
+    worker, which must give the ``sources`` the caller's predictor has; ``object``: any other
+    predictor, as the caller's object (in this process, or pickled for a worker).
+    """
+
+    kind: Literal["default", "models", "object"]
+    models_dir: str | None = None
+    sources: tuple[str, ...] = ()
+    obj: Any = None
+
+
+def predictor_ref(predictor: Predictor | None, crosses: bool) -> PredictorRef:
+    """The reference a part is sent (``crosses``: to another process)."""
+    if predictor is None:
+        return PredictorRef("default")
+    if crosses:
+        from optsched.predict.lgbm import LightGBMPredictor
+
+        if type(predictor) is LightGBMPredictor:
+            srcs = tuple(sorted(b.source for b in predictor.boosters.values()))
+            return PredictorRef("models", str(predictor.models_dir.resolve()), srcs)
+    return PredictorRef("object", obj=predictor)
+
+
+_LOADED: dict[tuple[str, tuple[str, ...]], Predictor] = {}
+
+
+def load_predictor(ref: PredictorRef) -> Predictor | None:
+    """The predictor ``ref`` names (``None``: the pipeline's default), loaded once per process."""
+    if ref.kind == "default":
+        return None
+    if ref.kind == "object":
+        return ref.obj
+    assert ref.models_dir is not None
+    key = (ref.models_dir, ref.sources)
+    if key not in _LOADED:
+        from optsched.predict.lgbm import LightGBMPredictor
+
+        pred = LightGBMPredictor(ref.models_dir)
+        got = tuple(sorted(b.source for b in pred.boosters.values()))
+        if got != ref.sources:
+            raise RuntimeError(f"the models in '{ref.models_dir}' give {got}, the caller's {ref.sources}")
+        _LOADED[key] = pred
+    return _LOADED[key]
+
+
+def setup_worker(ref: PredictorRef, warm: Snapshot | None = None, params: SolveParams | None = None,
+                 solve: SolveFn | None = None) -> None:
+    """A part worker's setup (outside the parts' clocks): load the predictor, and solve
+    ``warm`` (a part without jobs) once so every import and first call of the pipeline is done
+    (the default predictor, ``None``, is loaded by that first call)."""
+    key = (ref.kind, ref.models_dir, ref.sources, params.backend if params is not None else None)
+    if key in _WARMED:  # (a Ray task runs the setup each time: once per process is enough)
+        return
+    pred = load_predictor(ref)
+    if warm is not None and solve is not None:
+        solve(warm, params=params, predictor=pred)
+    _WARMED.add(key)
+
+
+_WARMED: set[tuple[str, str | None, tuple[str, ...], str | None]] = set()
+
 
 def solve_part(
     part: Snapshot,
     params: SolveParams,
     signal: dict[str, asr.TenantAssurance] | None,
     solve: SolveFn,
-    predictor: Predictor | None = None,
+    predictor: PredictorRef | Predictor | None = None,
 ) -> PartResult:
     """Solve one part with the ordinary pipeline (a top-level function: runs in a worker),
     with the whole fleet's assurance ``signal`` (a tenant whose jobs wait in another part is
     not "assured" here, so its running jobs are not cheaper victims or MPS hosts)."""
+    pred = load_predictor(predictor) if isinstance(predictor, PredictorRef) else predictor
     t, c = time.monotonic(), time.process_time()
-    d = solve(part, params=params, assurance=signal, predictor=predictor)
+    d = solve(part, params=params, assurance=signal, predictor=pred)
     return PartResult(
         d, time.monotonic() - t, len(part.jobs), sum(n.gpus for n in part.nodes), time.process_time() - c
     )
-
-
-_POOLS: dict[int, ProcessPoolExecutor] = {}
-
-
-def _pool(workers: int) -> ProcessPoolExecutor:
-    """A process pool kept for the life of the process (starting one costs more than a part)."""
-    if workers not in _POOLS:
-        _POOLS[workers] = ProcessPoolExecutor(max_workers=workers)
-    return _POOLS[workers]
-
-
-def ray_ready() -> bool:
-    """Whether Ray is importable and initialised in this process."""
-    try:
-        import ray
-    except ImportError:
-        return False
-    return bool(ray.is_initialized())
 
 
 def run_parts(
@@ -359,28 +408,56 @@ def run_parts(
     signal: dict[str, asr.TenantAssurance] | None,
     solve: SolveFn,
     predictor: Predictor | None = None,
+    *,
+    limit_s: float | None = None,
 ) -> list[PartResult]:
-    """Solve every part with ``solve``, in part order: on Ray (``ray``, or ``auto`` when Ray is
-    initialised), in processes (``process``, or ``auto`` without Ray), or here (``serial``)."""
-    mode = executor
-    if mode not in ("auto", "ray", "process", "serial"):
-        raise ValueError(f"executor: auto, ray, process or serial (got {executor!r})")
-    if mode == "auto":
-        mode = "ray" if ray_ready() else "process" if len(parts) > 1 else "serial"
-    if mode == "serial":
-        return [solve_part(p, params, signal, solve, predictor) for p in parts]
-    if mode == "ray":
-        import ray
+    """Solve every part with ``solve``, in part order, through :func:`optsched.parallel.run`:
+    on Ray (``ray``, or ``auto`` when Ray is initialised), in worker processes (``process``, or
+    ``auto`` without Ray), or here (``serial``). Only plain data crosses to a worker: the part's
+    snapshot, the parameters, the signal and a :class:`PredictorRef` (models load in the
+    worker). A part that fails, or that has not answered ``PART_GRACE`` x ``limit_s`` (the
+    call's limit; default ``params.time_limit_s / PART_SHARE``) after its own limit, is cut off
+    and answered here by the greedy plan, labelled ``fallback`` with the reason."""
+    from optsched import parallel
 
-        if not ray.is_initialized():
-            ray.init(include_dashboard=False, log_to_driver=False)
-        task: Any = ray.remote(num_cpus=1, max_retries=2)(solve_part)
-        refs = [task.remote(p, params, signal, solve, predictor) for p in parts]
-        return list(ray.get(refs))
-    workers = max(1, min(len(parts), os.cpu_count() or 1))
-    pool = _pool(workers)
-    n = len(parts)
-    return list(pool.map(solve_part, parts, [params] * n, [signal] * n, [solve] * n, [predictor] * n))
+    mode = parallel.resolve_mode(executor, len(parts))
+    ref = predictor_ref(predictor, crosses=mode != "serial")
+    whole = params.time_limit_s / PART_SHARE if limit_s is None else limit_s
+    timeout = params.time_limit_s + PART_GRACE * whole
+    tasks = [(p, solve_part, (part, params, signal, solve, ref)) for p, part in enumerate(parts)]
+    warm = parts[0].model_copy(update={"nodes": parts[0].nodes[:1], "jobs": []}) if parts else None
+    setup = (setup_worker, (ref, warm, params, solve)) if mode != "serial" else None
+    done, failures = parallel.run(tasks, mode=mode, timeout_s=timeout, setup=setup)
+    for f in failures:
+        why = (
+            f"part {f.key} did not answer within {timeout:.3f} s (its share of the time limit) "
+            "and was cut off"
+            if f.timed_out
+            else f"part {f.key} failed ({f.error})"
+        )
+        waited = timeout if f.timed_out else 0.0
+        done[f.key] = _greedy_part(parts[f.key], params, signal, solve, predictor, why, waited)
+    return [done[p] for p in range(len(parts))]
+
+
+def _greedy_part(
+    part: Snapshot,
+    params: SolveParams,
+    signal: dict[str, asr.TenantAssurance] | None,
+    solve: SolveFn,
+    predictor: Predictor | None,
+    why: str,
+    waited: float,
+) -> PartResult:
+    """The greedy plan of a part that did not answer, labelled ``fallback`` with ``why``."""
+    r = solve_part(part, params.with_(backend="greedy"), signal, solve, predictor)
+    reason = f"{why}; its greedy plan was used"
+    d = r.decision
+    info = d.solver.model_copy(
+        update={"fallback_reason": reason, "notes": [*d.solver.notes, f"partitions: {reason}"]}
+    )
+    d = d.model_copy(update={"status": "fallback", "solver": info})
+    return PartResult(d, waited + r.seconds, r.jobs, r.gpus, r.cpu_seconds)
 
 
 # --------------------------------------------------------------------------- coordination
@@ -944,7 +1021,9 @@ def solve_partitioned(
     stage["split"] = time.monotonic() - t
     stage["split_cpu"] = time.process_time() - c
     t = time.monotonic()
-    results = run_parts(sp.parts, part_params, executor, signal, solve, predictor)
+    results = run_parts(
+        sp.parts, part_params, executor, signal, solve, predictor, limit_s=params.time_limit_s
+    )
     stage["parts_wall"] = time.monotonic() - t
     stage["part_max"] = max(r.seconds for r in results)
     stage["part_cpu_max"] = max(r.cpu_seconds for r in results)

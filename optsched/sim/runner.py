@@ -15,7 +15,6 @@ import json
 import math
 import os
 from collections.abc import Callable, Iterable
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -140,30 +139,29 @@ def run_many(
     workers: int = 1,
     on_done: Callable[[RunSpec, dict[str, float]], None] | None = None,
 ) -> dict[str, Any]:
-    """Run every spec (``workers`` processes) and return the summary (see :func:`summary`)."""
+    """Run every spec (``workers`` processes, through :func:`optsched.parallel.run`) and return
+    the summary (see :func:`summary`); a replay that fails raises its error."""
+    from optsched import parallel
+
     specs = list(specs)
-    results: list[tuple[RunSpec, dict[str, float], dict[str, dict[str, float]]]] = []
-    sources: set[str] = set()
     outs = str(out) if out is not None else None
-    if workers <= 1:
-        for s in specs:
-            spec, metrics, tenants, src = _run_and_save(s, outs)
-            sources.add(src)
-            results.append((spec, metrics, tenants))
-            if on_done:
-                on_done(spec, metrics)
-    else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            futs = [pool.submit(_run_and_save, s, outs) for s in specs]
-            for fut in as_completed(futs):
-                spec, metrics, tenants, src = fut.result()
-                sources.add(src)
-                results.append((spec, metrics, tenants))
-                if on_done:
-                    on_done(spec, metrics)
-    order = {(s.policy, s.seed): k for k, s in enumerate(specs)}
-    results.sort(key=lambda r: order[(r[0].policy, r[0].seed)])
-    return summary(results, interference=", ".join(sorted(sources)))
+
+    def done(key: int, res: tuple[RunSpec, dict[str, float], dict[str, dict[str, float]], str]) -> None:
+        if on_done:
+            on_done(res[0], res[1])
+
+    mode = "process" if workers > 1 and len(specs) > 1 else "serial"
+    results, failures = parallel.run(
+        ((k, _run_and_save, (s, outs)) for k, s in enumerate(specs)), mode=mode, workers=workers, on_done=done
+    )
+    if failures:
+        f = failures[0]
+        if f.exception is not None:
+            raise f.exception
+        raise RuntimeError(f"replay {specs[f.key].policy} seed {specs[f.key].seed}: {f.error}")
+    rows = [(spec, metrics, tenants) for spec, metrics, tenants, _ in results.values()]
+    sources = {src for _, _, _, src in results.values()}
+    return summary(rows, interference=", ".join(sorted(sources)))
 
 
 def summary(results: list[tuple[RunSpec, dict[str, float], dict[str, dict[str, float]]]],

@@ -1,10 +1,11 @@
 """Experiment sweeps: every (trace, setting, policy, seed) replay as a task, on Ray or locally.
 
-* :func:`execute` runs :class:`~optsched.sim.runner.RunSpec` replays one after the other, in
-  processes (``workers``) or as Ray tasks (``ray_address``: ``"local"`` starts a Ray on this
-  machine, anything else is passed to ``ray.init(address=...)``, e.g. ``"auto"`` or
-  ``"ray://head:10001"``). A Ray task returns the replay's event log and the driver writes it,
-  so the files are the same bytes as a sequential run's and the workers need no shared disk.
+* :func:`run_specs` runs :class:`~optsched.sim.runner.RunSpec` replays through the one executor,
+  :func:`optsched.parallel.run`: one after the other, in processes (``workers``) or as Ray
+  tasks (``ray_address``: ``"local"`` starts a Ray on this machine, anything else is passed to
+  ``ray.init(address=...)``, e.g. ``"auto"`` or ``"ray://head:10001"``). A Ray task returns
+  the replay's event log and the driver writes it, so the files are the same bytes as a
+  sequential run's and the workers need no shared disk.
   A task that raises is retried (``retries`` times) and, if it still fails, reported through
   ``on_fail`` and listed in the result; it is never silently dropped.
 * :class:`SweepSpec` is a study in one TOML file: traces x settings x policies x seeds;
@@ -21,14 +22,14 @@ from __future__ import annotations
 
 import json
 import tomllib
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from functools import partial
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from optsched import parallel
+from optsched.parallel import Failure
 from optsched.sim.cluster import EventLog, SimConfig
 from optsched.sim.metrics import per_tenant, summarize
 from optsched.sim.names import POLICIES
@@ -51,104 +52,9 @@ def replay(spec: RunSpec) -> Outcome:
     return summarize(log), per_tenant(log), log.interference, log
 
 
-@dataclass
-class Failure:
-    """A task that failed after its retries."""
-
-    key: Any
-    error: str
-
-
-@dataclass
-class Executed:
-    """Every task's outcome by key, in the order of the input, and the failures."""
-
-    outcomes: dict[Any, Outcome] = field(default_factory=dict)
-    failures: list[Failure] = field(default_factory=list)
-
-
-def init_ray(address: str | None) -> None:
-    """Start (``"local"`` or None) or join (any other address) a Ray cluster, once."""
-    try:
-        import ray
-    except ImportError as exc:  # pragma: no cover - depends on the extra
-        raise RuntimeError("--ray needs the 'ray' extra: pip install 'optsched[ray]'") from exc
-    if ray.is_initialized():
-        return
-    if address in (None, "local"):
-        ray.init(include_dashboard=False, log_to_driver=False)
-    else:
-        ray.init(address=address, include_dashboard=False, log_to_driver=False)
-
-
-def execute(
-    tasks: Iterable[tuple[Any, Callable[..., Any], tuple[Any, ...]]],
-    *,
-    ray_address: str | None = None,
-    use_ray: bool = False,
-    workers: int = 1,
-    retries: int = DEFAULT_RETRIES,
-    on_done: Callable[[Any, Any], None] | None = None,
-    on_fail: Callable[[Any, str], None] | None = None,
-) -> tuple[dict[Any, Any], list[Failure]]:
-    """Run ``fn(*args)`` for every ``(key, fn, args)``; return results by key and failures.
-
-    On Ray (``use_ray``) each call is a task with ``max_retries`` and ``retry_exceptions`` set
-    to ``retries``; locally a failing call is retried ``retries`` times in place. Results come
-    back as tasks finish (``on_done`` per task); the dict is ordered as the input.
-    """
-    items = list(tasks)
-    results: dict[Any, Any] = {}
-    failures: list[Failure] = []
-
-    def settle(key: Any, get: Callable[[], Any]) -> None:
-        """Record one task's result (``on_done``) or its failure (``on_fail``)."""
-        try:
-            results[key] = get()
-        except Exception as exc:
-            failures.append(Failure(key, f"{type(exc).__name__}: {exc}"))
-            if on_fail:
-                on_fail(key, failures[-1].error)
-            return
-        if on_done:
-            on_done(key, results[key])
-
-    if use_ray:
-        import ray
-
-        init_ray(ray_address)
-        remotes: dict[Any, Any] = {}
-        pending: dict[Any, Any] = {}
-        for key, fn, args in items:
-            if fn not in remotes:
-                remotes[fn] = ray.remote(max_retries=retries, retry_exceptions=True)(fn)
-            pending[remotes[fn].remote(*args)] = key
-        while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1)
-            for ref in ready:
-                settle(pending.pop(ref), partial(ray.get, ref))
-    elif workers > 1:
-        from concurrent.futures import ProcessPoolExecutor, as_completed
-
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            futs = {pool.submit(_retrying, fn, args, retries): key for key, fn, args in items}
-            for fut in as_completed(futs):
-                settle(futs[fut], fut.result)
-    else:
-        for key, fn, args in items:
-            settle(key, partial(_retrying, fn, args, retries))
-    order = {key: k for k, (key, _, _) in enumerate(items)}
-    return dict(sorted(results.items(), key=lambda kv: order[kv[0]])), failures
-
-
-def _retrying(fn: Callable[..., Any], args: tuple[Any, ...], retries: int) -> Any:
-    for attempt in range(retries + 1):
-        try:
-            return fn(*args)
-        except Exception:
-            if attempt == retries:
-                raise
-    raise AssertionError("unreachable")  # pragma: no cover
+def _mode(use_ray: bool, workers: int) -> str:
+    """Ray when asked, else processes for more than one worker, else this process."""
+    return "ray" if use_ray else "process" if workers > 1 else "serial"
 
 
 def run_specs(
@@ -174,11 +80,11 @@ def run_specs(
         if on_fail:
             on_fail(specs[key], err)
 
-    results, failures = execute(
+    results, failures = parallel.run(
         ((k, replay, (s,)) for k, s in enumerate(specs)),
-        ray_address=ray_address,
-        use_ray=use_ray,
+        mode=_mode(use_ray, workers),
         workers=workers,
+        ray_address=ray_address,
         retries=retries,
         on_done=done,
         on_fail=fail,
@@ -313,11 +219,11 @@ def run_sweep(
         if on_fail:
             on_fail((g[0], g[1], s), err)
 
-    results, failures = execute(
+    results, failures = parallel.run(
         ((k, replay, (s,)) for k, (_, _, s) in enumerate(flat)),
-        ray_address=ray_address,
-        use_ray=use_ray,
+        mode=_mode(use_ray, workers),
         workers=workers,
+        ray_address=ray_address,
         retries=retries,
         on_done=done,
         on_fail=fail,
@@ -385,10 +291,10 @@ def run_workflow_experiment(
     tasks = [
         ((name, seed), _workflow_replay, (exp, name, seed)) for seed in exp.seeds for name in exp.policies
     ]
-    results, failures = execute(
+    results, failures = parallel.run(
         tasks,
+        mode="ray",
         ray_address=ray_address,
-        use_ray=True,
         retries=retries,
         on_done=(lambda key, _: progress(f"{key[0]} seed {key[1]}")) if progress else None,
         on_fail=(lambda key, err: progress(f"FAILED {key[0]} seed {key[1]}: {err}")) if progress else None,

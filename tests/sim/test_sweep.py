@@ -10,8 +10,9 @@ import pytest
 from typer.testing import CliRunner
 
 from optsched.cli import app
+from optsched.parallel import run as run_tasks
 from optsched.sim.runner import RunSpec, clean, run_many
-from optsched.sim.sweep import SweepSpec, execute, run_specs, run_sweep, specs_for
+from optsched.sim.sweep import SweepSpec, run_specs, run_sweep, specs_for
 
 TIMING = {"sim_seconds", "cpu_seconds", "command"}
 
@@ -98,8 +99,9 @@ def _broken(x: int) -> int:
 def test_failed_tasks_are_retried_then_reported(tmp_path: Path) -> None:
     failed: list[tuple[object, str]] = []
     done: list[object] = []
-    results, failures = execute(
+    results, failures = run_tasks(
         [("flaky", _flaky, (str(tmp_path / "m"),)), ("broken", _broken, (7,)), ("fine", abs, (-3,))],
+        mode="serial",
         retries=1,
         on_done=lambda k, r: done.append(k),
         on_fail=lambda k, e: failed.append((k, e)),
@@ -109,7 +111,7 @@ def test_failed_tasks_are_retried_then_reported(tmp_path: Path) -> None:
     assert failures[0].error == "ValueError: bad task 7"
     assert failed == [("broken", "ValueError: bad task 7")]
     assert done == ["flaky", "fine"]
-    _, failures = execute([("flaky", _flaky, (str(tmp_path / "m2"),))], retries=0)
+    _, failures = run_tasks([("flaky", _flaky, (str(tmp_path / "m2"),))], mode="serial", retries=0)
     assert [f.error for f in failures] == ["RuntimeError: transient failure"]
 
 
@@ -138,6 +140,6 @@ def test_sweep_command(tmp_path: Path) -> None:
 
 def test_process_pool_gives_the_same_results_and_reports_failures(tmp_path: Path) -> None:
     tasks = [("flaky", _flaky, (str(tmp_path / "m"),)), ("broken", _broken, (5,)), ("fine", abs, (-2,))]
-    results, failures = execute(tasks, workers=2, retries=1)
+    results, failures = run_tasks(tasks, mode="process", workers=2, retries=1)
     assert results == {"flaky": "ok", "fine": 2}
     assert [(f.key, f.error) for f in failures] == [("broken", "ValueError: bad task 5")]

@@ -21,6 +21,7 @@ import time
 from typing import Any, ClassVar
 
 from optsched.engine.backends.base import SolveParams, SolveResult, SolveStatus, check_extra
+from optsched.engine.backends.stdio import solver_output_to_stderr
 from optsched.engine.formulation import build_model, from_assignment, is_feasible, solved
 from optsched.engine.problem import Assignment, EpochProblem
 
@@ -115,9 +116,10 @@ class HighsBackend:
         timer.daemon = True
         timer.start()
         try:
-            res = mathopt.solve(
-                model, mathopt.SolverType.HIGHS, params=sp, model_params=mp, interrupter=interrupter
-            )
+            with solver_output_to_stderr():
+                res = mathopt.solve(
+                    model, mathopt.SolverType.HIGHS, params=sp, model_params=mp, interrupter=interrupter
+                )
         finally:
             timer.cancel()
         seconds = time.monotonic() - t0

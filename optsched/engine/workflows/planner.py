@@ -354,7 +354,10 @@ def _solve_window(
     solver.parameters.random_seed = seed
     if work_s is not None:
         solver.parameters.max_deterministic_time = max(0.001, work_s)
-    status = solver.solve(m)
+    from optsched.engine.backends.stdio import solver_output_to_stderr
+
+    with solver_output_to_stderr():  # solver text never reaches stdout
+        status = solver.solve(m)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
     if status == cp_model.FEASIBLE and work_s is not None and solver.deterministic_time < 0.999 * work_s:

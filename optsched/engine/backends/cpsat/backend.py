@@ -22,6 +22,7 @@ import warnings
 from typing import Any, ClassVar
 
 from optsched.engine.backends.base import SolveParams, SolveResult, SolveStatus, check_extra
+from optsched.engine.backends.stdio import solver_output_to_stderr
 from optsched.engine.formulation import build_model, from_assignment, is_feasible, solved
 from optsched.engine.problem import Assignment, EpochProblem
 from optsched.errors import NumericScaleWarning
@@ -157,7 +158,8 @@ class CpSatBackend:
         timer.daemon = True
         timer.start()
         try:
-            code = solver.solve(model)
+            with solver_output_to_stderr():
+                code = solver.solve(model)
         finally:
             timer.cancel()
         status = map_status(code)

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from optsched.engine.backends.base import SolveParams, SolveResult, SolveStatus, check_extra
+from optsched.engine.backends.stdio import solver_output_to_stderr
 from optsched.engine.budget import default_work_s
 from optsched.engine.formulation import (
     LinearModel,
@@ -252,7 +253,8 @@ class PulpBackend:
                 detail = f"{solver_name} is not available"
                 return SolveResult(SolveStatus.ERROR, self.name, time.monotonic() - t0, detail=detail)
             t_solve = time.monotonic()
-            prob.solve(solver)
+            with solver_output_to_stderr():
+                prob.solve(solver)
             solve_seconds = time.monotonic() - t_solve
             log_text = log_path.read_text(errors="replace") if log_path.exists() else ""
         seconds = time.monotonic() - t0
