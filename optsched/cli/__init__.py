@@ -25,7 +25,7 @@ from typing import Annotated, Any
 
 import typer
 
-from optsched.cli import engine, predictors, serve, simulate, slurm, workflows
+from optsched.cli import engine, openb, predictors, serve, simulate, slurm, workflows
 from optsched.cli.common import DEBUG
 from optsched.errors import BackendUnavailableError, OptschedError, SnapshotError
 
@@ -45,7 +45,7 @@ def _main(
     DEBUG["on"] = debug
 
 
-for _group in (engine, simulate, predictors, workflows, serve, slurm):
+for _group in (engine, simulate, predictors, workflows, serve, slurm, openb):
     _group.register(app)
 
 

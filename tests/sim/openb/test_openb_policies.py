@@ -1,0 +1,120 @@
+"""Each policy's choice on a hand-made 3-node cluster, and the fragmentation measure by hand.
+
+Cluster: n0 (2 T4, 32 CPUs) runs a 500-milli share on GPU 0 (free [500, 1000], 28 CPUs left);
+n1 (8 V100M16, 64 CPUs) runs one whole-GPU pod on GPU 0 (56 CPUs left); n2 (1 T4) is idle.
+Target workload: A = share 400 milli / 2 CPUs (p 1/2), B = one whole GPU / 4 CPUs (p 1/3),
+C = CPU-only 1 CPU (p 1/6).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from optsched.sim.openb.cluster import ClusterState
+from optsched.sim.openb.frag import FragTracker, node_frag, typical_pods
+from optsched.sim.openb.optsched_policy import OptschedEpochs
+from optsched.sim.openb.policies import BASELINES, Pod, sigmoid_score
+from optsched.sim.openb.reader import read_nodes, read_pods
+
+WORKLOAD = (
+    "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
+    "a1,2000,4096,1,400\na2,2000,4096,1,400\na3,2000,4096,1,400\n"
+    "b1,4000,8192,1,1000\nb2,4000,8192,1,1000\nc1,1000,2048,0,0\n"
+)
+SHARE = Pod(cpu=2000, mem=4096, num_gpu=1, gpu_milli=400, spec=frozenset())
+
+
+@pytest.fixture
+def setup(tmp_path: Path, nodes_csv: Path) -> tuple[ClusterState, FragTracker]:
+    wl = tmp_path / "wl.csv"
+    wl.write_text(WORKLOAD)
+    state = ClusterState.empty(read_nodes(nodes_csv))
+    state.place(0, 4000, 8192, 1, 500, (0,))
+    state.place(1, 8000, 8192, 1, 1000, (0,))
+    tp = typical_pods(read_pods(wl), state.model_names)
+    return state, FragTracker(tp, state)
+
+
+def test_typical_pods_popularity(tmp_path: Path) -> None:
+    wl = tmp_path / "wl.csv"
+    wl.write_text(WORKLOAD)
+    pods = read_pods(wl)
+    tp = typical_pods(pods, ("T4", "V100M16"))
+    assert tp.milli.tolist() == [400, 1000, 0]
+    assert np.allclose(tp.p, [3 / 6, 2 / 6, 1 / 6])
+    top = typical_pods(pods, ("T4", "V100M16"), popularity=0.8)  # A and B cover 5/6 >= 0.8
+    assert top.milli.tolist() == [400, 1000]
+    assert np.allclose(top.p, [0.6, 0.4])
+
+
+def test_fragmentation_by_hand(setup: tuple[ClusterState, FragTracker]) -> None:
+    state, fr = setup
+    # n0 [500, 1000]: A fits (0 frag), B fits with 500 stranded below 1000, C sees all 1500
+    # n1 [0, 1000 x 7]: A and B fit with nothing stranded, C sees 7000; n2 [1000]: C sees 1000
+    assert fr.frag.tolist() == pytest.approx([500 / 3 + 1500 / 6, 7000 / 6, 1000 / 6])
+    assert fr.cluster() == pytest.approx(500 / 3 + 9500 / 6)
+    # n2 with 1 CPU left: A and B lack CPU, so all of its free GPU is fragmented for every type
+    cpu = np.array([1000], dtype=np.int64)
+    gpu = state.gpu_free[2:3]
+    assert node_frag(fr.tp, cpu, gpu, fr.model[2:3]).tolist() == pytest.approx([1000.0])
+    assert sigmoid_score(np.array([-150.0, 0.0, 300.0])).tolist() == [53, 50, 42]
+
+
+@pytest.mark.parametrize(
+    ("policy", "node", "gpus"),
+    [
+        ("dotprod", 0, (0,)),  # scores 99, 97, 99: tie goes to the first node; best-fit GPU 0
+        ("clustering", 0, (0,)),  # 75 + 20 (only shares there), 0 + 3, 25 + 21
+        ("packing", 0, (0,)),  # share on a shared GPU 95, a free GPU of a used node 49, idle 32
+        ("bestfit", 2, (0,)),  # 82, 37, 90
+        ("fgd", 0, (0,)),  # n0 GPU 0: frag -150 -> 53; every other option raises it
+        ("optsched-1", 0, (0,)),
+    ],
+)
+def test_choice_on_three_nodes(
+    setup: tuple[ClusterState, FragTracker], policy: str, node: int, gpus: tuple[int, ...]
+) -> None:
+    state, fr = setup
+    got = BASELINES[policy]().place(state, fr, [SHARE], np.random.default_rng(0))
+    assert got == [(node, gpus)]
+
+
+def test_fgd_deltas_by_hand(setup: tuple[ClusterState, FragTracker]) -> None:
+    _, fr = setup
+    nodes = np.array([0, 0, 1, 2])
+    gpus = np.array([0, 1, 1, 0])
+    after = fr.share_after(nodes, gpus, 2000, 400)
+    # n0 GPU0 -> [100, 1000]: A strands the 100 (p 1/2), B strands 100 (1/3), C sees 1100 (1/6)
+    # n0 GPU1 -> [500, 600]: A 0, B cannot fit -> 1100, C 1100; n1 -> [0, 600, 1000 x 6]: B strands 600
+    expected = [100 / 2 + 100 / 3 + 1100 / 6, 1100 / 3 + 1100 / 6, 600 / 3 + 6600 / 6, 600 / 3 + 600 / 6]
+    assert after.tolist() == pytest.approx(expected)
+
+
+def test_random_is_seeded(setup: tuple[ClusterState, FragTracker]) -> None:
+    state, fr = setup
+    picks = [BASELINES["random"]().place(state, fr, [SHARE], np.random.default_rng(7))[0] for _ in range(3)]
+    assert picks[0] == picks[1] == picks[2]
+    assert picks[0] is not None and picks[0][0] in (0, 1, 2)
+
+
+def test_gpu_spec_restricts_every_policy(setup: tuple[ClusterState, FragTracker]) -> None:
+    state, fr = setup
+    pod = Pod(cpu=2000, mem=4096, num_gpu=1, gpu_milli=400, spec=frozenset({"V100M16"}))
+    for name, cls in BASELINES.items():
+        got = cls().place(state, fr, [pod], np.random.default_rng(0))[0]
+        assert got is not None and got[0] == 1, name
+    too_big = Pod(cpu=2000, mem=4096, num_gpu=8, gpu_milli=1000, spec=frozenset())
+    assert BASELINES["fgd"]().place(state, fr, [too_big], np.random.default_rng(0)) == [None]
+
+
+def test_optsched_epoch_places_batch_jointly(setup: tuple[ClusterState, FragTracker]) -> None:
+    state, fr = setup
+    whole = Pod(cpu=4000, mem=8192, num_gpu=1, gpu_milli=1000, spec=frozenset())
+    pol = OptschedEpochs(batch=2, work_limit=1.0)
+    got = pol.place(state, fr, [SHARE, whole], np.random.default_rng(0))
+    assert got[0] == (0, (0,))  # the share on the shared GPU, as FGD
+    assert got[1] is not None and got[1][0] != 0  # one pod per node per epoch
+    assert pol.notes["solves"] == 1 and pol.notes["optimal"] == 1 and pol.notes["fallback_batches"] == 0
