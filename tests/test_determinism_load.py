@@ -111,3 +111,33 @@ def test_the_budget_hands_out_shares_of_the_limit_without_the_clock() -> None:
     assert wf.workflow_wall_s == pytest.approx(0.8) and wf.workflow_work_s == pytest.approx(0.4)
     assert Budget(1.0, jobs=10**6, t0=0.0).solver_work_s == 0.02  # never below the floor
     assert Budget(1.0, work_s=3.0, t0=0.0).solver_work_s == 3.0  # an explicit budget wins
+
+
+@pytest.mark.parametrize("late", [True, False])
+def test_cbc_that_writes_no_solution_is_a_wall_clock_stop_only_when_the_clock_ran_out(
+    late: bool, venus: ClusterState, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CBC stopped by a tiny time limit can exit before writing its solution file, and PuLP then
+    raises: that is the wall-clock case (the fixed label) when the limit was spent, a solver
+    error (named) when it was not."""
+    import time
+
+    import pulp
+
+    def no_solution(self: Any, solver: Any = None, **kw: Any) -> int:
+        if late:
+            time.sleep(1.05 * float(solver.timeLimit))  # the whole wall share goes by
+        raise pulp.PulpSolverError("Pulp: Error while trying to execute")
+
+    monkeypatch.setattr(pulp.LpProblem, "solve", no_solution)
+    if late:
+        _hurry(monkeypatch, "pulp")
+    d = _solve(venus, "pulp")
+    assert d.status == "fallback"
+    assert not check_decision(venus, d)
+    if late:
+        assert d.solver.fallback_reason == WALL_CLOCK_FALLBACK
+    else:
+        assert d.solver.fallback_reason is not None
+        assert "gave no solution" in d.solver.fallback_reason
+        assert WALL_CLOCK_FALLBACK != d.solver.fallback_reason

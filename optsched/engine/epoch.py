@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from optsched.engine import assurance as asr
-from optsched.engine.backends.base import SolveParams, SolveResult, SolveStatus
+from optsched.engine.backends.base import WALL_CLOCK_HIT, SolveParams, SolveResult, SolveStatus
 from optsched.engine.budget import DEFAULT_TIME_LIMIT_S, MIN_SOLVER_WALL_S, WALL_CLOCK_FALLBACK, Budget
 from optsched.engine.state import ClusterState, parse_snapshot
 from optsched.errors import DomainWarning, OptschedError
@@ -52,10 +52,6 @@ if TYPE_CHECKING:
     from optsched.predict.base import Predictions, Predictor
 
 log = logging.getLogger("optsched")
-
-WALL_CLOCK_HIT = "wall-clock limit hit"
-"""What a backend's ``SolveResult.detail`` says when the wall clock, not its work limit,
-ended the search."""
 
 DEFAULT_BACKEND = "auto"
 """The one default of the library, the CLI and the simulator: ``highs`` (HiGHS bundled with

@@ -14,6 +14,11 @@ if TYPE_CHECKING:
     from optsched.engine.problem import Assignment, EpochProblem
 
 
+WALL_CLOCK_HIT = "wall-clock limit hit"
+"""What a backend's ``SolveResult.detail`` says when the wall clock, not its work limit,
+ended the search (:func:`~optsched.solve_epoch` then answers with the labelled greedy plan)."""
+
+
 class SolveStatus(StrEnum):
     """How a backend's solve ended."""
 

@@ -27,7 +27,13 @@ import threading
 import time
 from typing import Any, ClassVar
 
-from optsched.engine.backends.base import SolveParams, SolveResult, SolveStatus, check_extra
+from optsched.engine.backends.base import (
+    WALL_CLOCK_HIT,
+    SolveParams,
+    SolveResult,
+    SolveStatus,
+    check_extra,
+)
 from optsched.engine.backends.milp.worker import ALLOWED_OPTIONS, ROOT_CHECKS_PER_S, TREE_CHECKS_PER_S
 from optsched.engine.budget import default_work_s
 from optsched.engine.formulation import build_model, from_assignment, is_feasible, solved
@@ -35,7 +41,6 @@ from optsched.engine.problem import Assignment, EpochProblem
 
 _LOCK = threading.Lock()
 KILL_GRACE_S = 0.05
-WALL_CLOCK_HIT = "wall-clock limit hit"
 
 
 class Channel:

@@ -31,7 +31,13 @@ import warnings
 from pathlib import Path
 from typing import Any, ClassVar
 
-from optsched.engine.backends.base import SolveParams, SolveResult, SolveStatus, check_extra
+from optsched.engine.backends.base import (
+    WALL_CLOCK_HIT,
+    SolveParams,
+    SolveResult,
+    SolveStatus,
+    check_extra,
+)
 from optsched.engine.backends.stdio import solver_output_to_stderr
 from optsched.engine.budget import default_work_s
 from optsched.engine.formulation import (
@@ -69,7 +75,6 @@ NODES_PER_S = 800.0
 thread) on a 2-core machine of the kind the engine runs on, on Venus-size snapshots
 (``optsched generate --size venus --seed 1,2,3,5,7``, the harder pre-class model): 760-1230
 nodes per second after a root node of about 0.03 s."""
-WALL_CLOCK_HIT = "wall-clock limit hit"
 GAP_REL = 1e-4
 """Default relative gap, as for the other exact backends."""
 
@@ -212,6 +217,7 @@ class PulpBackend:
         self, problem: EpochProblem, params: SolveParams, hint: Assignment | None = None
     ) -> SolveResult:
         solver_name, cls, opts = check_options(params.extra)
+        pulp_module = import_pulp()
         t0 = time.monotonic()
         lin = build_model(problem)
         prob, xs = to_pulp(lin)
@@ -253,8 +259,17 @@ class PulpBackend:
                 detail = f"{solver_name} is not available"
                 return SolveResult(SolveStatus.ERROR, self.name, time.monotonic() - t0, detail=detail)
             t_solve = time.monotonic()
-            with solver_output_to_stderr():
-                prob.solve(solver)
+            try:
+                with solver_output_to_stderr():
+                    prob.solve(solver)
+            except pulp_module.PulpSolverError as exc:
+                # CBC stopped by a tiny time limit may exit before writing a solution file
+                spent = time.monotonic() - t_solve
+                hit = f"; {WALL_CLOCK_HIT}" if spent >= 0.95 * wall else ""
+                return SolveResult(
+                    SolveStatus.ERROR, self.name, time.monotonic() - t0,
+                    detail=f"{solver_name} gave no solution ({exc}){hit}",
+                )
             solve_seconds = time.monotonic() - t_solve
             log_text = log_path.read_text(errors="replace") if log_path.exists() else ""
         seconds = time.monotonic() - t0
