@@ -140,4 +140,4 @@ def test_cbc_that_writes_no_solution_is_a_wall_clock_stop_only_when_the_clock_ra
     else:
         assert d.solver.fallback_reason is not None
         assert "gave no solution" in d.solver.fallback_reason
-        assert WALL_CLOCK_FALLBACK != d.solver.fallback_reason
+        assert d.solver.fallback_reason != WALL_CLOCK_FALLBACK
