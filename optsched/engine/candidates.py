@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 from optsched.engine import assurance as asr
 from optsched.engine import elastic
+from optsched.engine.node_loss import lend_limits_after_node_loss, restart_holds
 from optsched.engine.objective import DEFAULT_WEIGHTS, ObjectiveWeights, job_value, preemption_cost
 from optsched.engine.problem import EpochProblem, GuestCandidate, PendingClass, RunningItem
 from optsched.engine.quota_tree import EMPTY, LoanMatcher, QuotaTree
@@ -482,10 +483,11 @@ def build_problem(
     return EpochProblem(
         types=types,
         tenants=ten_ids,
-        capacity=capacity,
+        capacity=_held_capacity(state, capacity),  # free GPUs held for their restart (node_loss)
         quota=quota,
         borrow_limit=borrow,
-        lend_limit=lend,
+        # quota a node loss freed from guaranteed jobs is held for them, not lent (node_loss)
+        lend_limit=_held_lend(state, lend),
         pending=tuple(classes),
         running=tuple(running),
         guests=tuple(guests),
@@ -506,6 +508,26 @@ def build_problem(
             t.preemption.max_gpus_per_epoch if t.preemption is not None else None for t in snap.tenants
         ),
         tree=state.tree,
+    )
+
+
+def _held_capacity(state: ClusterState, capacity: tuple[int, ...]) -> tuple[int, ...]:
+    """``capacity`` less the GPUs of :func:`~optsched.engine.node_loss.restart_holds`."""
+    held = restart_holds(state)
+    return tuple(c - held.get(t, 0) for c, t in zip(capacity, state.type_names, strict=True))
+
+
+def _held_lend(
+    state: ClusterState, lend: tuple[tuple[int | None, ...], ...]
+) -> tuple[tuple[int | None, ...], ...]:
+    """``lend`` with the limits of :func:`~optsched.engine.node_loss.lend_limits_after_node_loss`."""
+    held = lend_limits_after_node_loss(state)
+    if not held:
+        return lend
+    types = state.type_names
+    return tuple(
+        tuple(held.get((ten, t), row[k]) for k, t in enumerate(types))
+        for ten, row in zip(state.tenant_ids, lend, strict=True)
     )
 
 
