@@ -362,17 +362,18 @@ def add_preemption_rules(m: LinearModel, p: EpochProblem) -> None:
         if host is not None and host in m.preempt and r not in m.preempt:
             raise AssertionError(f"guest {run.job} must be a preemption candidate")
     # stability (no swaps back and forth): a preemption needs a start inside quota on its
-    # type (a start on loan never preempts), and a best-effort job inside its tenant's quota
-    # is stopped only for a guaranteed start inside quota; at least one such start, big-M
+    # type (a start on loan never preempts; at least one such start, big-M), and best-effort
+    # jobs inside their tenant's quota are stopped only for guaranteed starts inside quota:
+    # the GPUs they free on a type are at most those starts' GPUs (a best-effort start never
+    # takes them)
     need_own = [dict(f) for f in freed]
     need_guar = [dict(f) for f in freed_own]
     big_own = [sum(c * m.ub[x] for x, c in f.items()) for f in freed]
-    big_guar = [sum(c * m.ub[x] for x, c in f.items()) for f in freed_own]
     for (c, t), v in m.own.items():
         if need_own[t]:
             need_own[t][v] = -big_own[t]
         if need_guar[t] and p.pending[c].guaranteed:
-            need_guar[t][v] = -big_guar[t]
+            need_guar[t][v] = -p.pending[c].gpus
     # the GPUs they free go to starts inside quota: a start on loan never takes GPUs a
     # preemption frees (it borrows idle quota, it does not displace running work)
     for (c, t), v in m.own.items():
