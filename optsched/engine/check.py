@@ -1130,8 +1130,8 @@ def check_work_conservation(
     ``max_gpus_per_epoch`` lets one decision free, and take GPUs of the type over the next epochs.
 
     A node loss: the free GPUs of ``t`` count less the GPUs of the guaranteed jobs not on loan
-    that the decision stops for ``node_unavailable`` on ``t`` (held for their restart at the
-    next epoch: a job started there would be stopped again for them).
+    that the decision stops for ``node_unavailable`` and that allow ``t`` (held for their
+    restart at the next epoch: a job started there would be stopped again for them).
 
     Linear in jobs + GPUs + tenants x types: per-type and per-(tenant, type) sums are computed
     once, then each pending job looks at its allowed types only.
@@ -1154,7 +1154,8 @@ def check_work_conservation(
         if p.reason == PreemptReason.NODE_UNAVAILABLE and p.job in state.job_index:
             stopped = state.job(p.job)
             if stopped.qos == "guaranteed" and not stopped.on_loan and p.job not in state.host_of:
-                restart[state.job_type(stopped)] += stopped.gpus
+                for t in state.allowed_types(stopped):  # it may restart on any of them
+                    restart[t] += stopped.gpus
     out: list[Violation] = []
     for job in state.pending():
         if job.id in after.started:

@@ -29,7 +29,8 @@ def restart_holds(state: ClusterState) -> dict[str, int]:
     it stops on unavailable nodes: their GPUs on the type, at most the GPUs free once those
     jobs stop (capacity on available nodes less what kept running jobs hold). Any job started
     on them would be in the way of those jobs' restart at the next epoch (a best-effort or
-    on-loan start would be stopped again for them); invariant 8 exempts them."""
+    on-loan start would be stopped again for them); invariant 8 exempts them. A job that allows
+    several types may restart on any: its GPUs are held on each."""
     snap = state.snapshot
     down = {n.id for n in snap.nodes if not n.available}
     if not down:
@@ -39,12 +40,12 @@ def restart_holds(state: ClusterState) -> dict[str, int]:
     for job in state.running():
         if job.id in state.host_of or job.allocation is None:
             continue
-        t = state.job_type(job)
         if any(r.node in down for r in job.allocation):
             if job.qos == "guaranteed" and not job.on_loan:
-                want[t] += job.gpus
+                for t in state.allowed_types(job):  # it may restart on any of them
+                    want[t] += job.gpus
             continue
-        kept[t] += job.gpus
+        kept[state.job_type(job)] += job.gpus
     cap = state.capacity()
     out = {t: min(g, cap.get(t, 0) - kept[t]) for t, g in sorted(want.items())}
     return {t: h for t, h in out.items() if h > 0}
@@ -57,9 +58,9 @@ def lend_limits_after_node_loss(state: ClusterState) -> dict[tuple[str, str], in
     Per type ``t``, with ``u`` the GPUs of a tenant's kept running jobs (MPS guests and jobs on
     unavailable nodes left out), its lendable idle quota is ``s = min(lend_limit, quota - u)``
     (0 at or above quota) and the GPUs to hold are ``R``, those of its guaranteed jobs not on
-    loan on unavailable nodes. The type's slack is ``sum(s) - borrowing`` (borrowing: use above
-    quota); tenants in id order hold ``h = min(R, s, slack left)`` and get ``s - h`` as their
-    lend limit.
+    loan on unavailable nodes that allow ``t`` (each may restart on any type it allows). The
+    type's slack is ``sum(s) - borrowing`` (borrowing: use above quota); tenants in id order
+    hold ``h = min(R, s, slack left)`` and get ``s - h`` as their lend limit.
     """
     snap = state.snapshot
     down = {n.id for n in snap.nodes if not n.available}
@@ -74,7 +75,8 @@ def lend_limits_after_node_loss(state: ClusterState) -> dict[tuple[str, str], in
         key = (job.tenant, state.job_type(job))
         if any(r.node in down for r in job.allocation):
             if job.qos == "guaranteed" and not job.on_loan:
-                hold[key] += job.gpus
+                for t in state.allowed_types(job):  # it may restart on any of them
+                    hold[(job.tenant, t)] += job.gpus
             continue
         use[key] += job.gpus
         if not job.on_loan:
