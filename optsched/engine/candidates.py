@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from optsched.engine import assurance as asr
 from optsched.engine import elastic
-from optsched.engine.node_loss import lend_limits_after_node_loss, restart_holds
+from optsched.engine.node_loss import lend_limits_after_node_loss, restart_holds, restart_types
 from optsched.engine.objective import DEFAULT_WEIGHTS, ObjectiveWeights, job_value, preemption_cost
 from optsched.engine.problem import EpochProblem, GuestCandidate, PendingClass, RunningItem
 from optsched.engine.quota_tree import EMPTY, LoanMatcher, QuotaTree
@@ -294,8 +294,9 @@ def build_problem(
     # elastic pending jobs: (job, tenant, value, static value, priority class), sized below
     flexible: list[tuple[Job, int, float, float, str]] = []
     starved = cap_starved(state)
-    # best-effort jobs keep off the types a cap-starved tenant's guaranteed jobs wait for
-    off = {tindex[t] for t in starved_types(state, starved)}
+    # best-effort jobs keep off the types a cap-starved tenant's guaranteed jobs wait for, and
+    # those on which jobs a node loss stops restart next (node_loss)
+    off = {tindex[t] for t in starved_types(state, starved)} | {tindex[t] for t in restart_types(state)}
     held_back: list[str] = []
     for job in state.pending():
         k = state.tenant_index[job.tenant]

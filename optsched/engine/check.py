@@ -1131,7 +1131,8 @@ def check_work_conservation(
 
     A node loss: the free GPUs of ``t`` count less the GPUs of the guaranteed jobs not on loan
     that the decision stops for ``node_unavailable`` and that allow ``t`` (held for their
-    restart at the next epoch: a job started there would be stopped again for them).
+    restart at the next epoch: a job started there would be stopped again for them); a
+    best-effort job is exempt on every type such a job allows.
 
     Linear in jobs + GPUs + tenants x types: per-type and per-(tenant, type) sums are computed
     once, then each pending job looks at its allowed types only.
@@ -1164,8 +1165,8 @@ def check_work_conservation(
         for t in state.allowed_types(job):
             if cap.get(t, 0) <= 0 or free[t] - restart.get(t, 0) < g:
                 continue
-            if t in off and job.qos != "guaranteed":
-                continue  # a cap-starved tenant's guaranteed jobs take this type's GPUs next
+            if (t in off or restart.get(t, 0) > 0) and job.qos != "guaranteed":
+                continue  # a cap-starved tenant's guaranteed jobs, or a node loss's, take them next
             idle = state.quota(job.tenant, t) - use.get((job.tenant, t), 0) - lent_out.get((job.tenant, t), 0)
             if idle < g:
                 continue

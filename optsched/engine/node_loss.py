@@ -21,7 +21,24 @@ from collections import defaultdict
 
 from optsched.engine.state import ClusterState
 
-__all__ = ["lend_limits_after_node_loss", "restart_holds"]
+__all__ = ["lend_limits_after_node_loss", "restart_holds", "restart_types"]
+
+
+def restart_types(state: ClusterState) -> set[str]:
+    """GPU types on which guaranteed jobs not on loan that the decision stops on unavailable
+    nodes may restart (every type each allows). No best-effort job starts on them in that
+    decision, not even on GPUs its preemptions free: it would be stopped for them at the next
+    one (invariant 8 exempts best-effort jobs there)."""
+    down = {n.id for n in state.snapshot.nodes if not n.available}
+    out: set[str] = set()
+    if not down:
+        return out
+    for job in state.running():
+        if job.qos != "guaranteed" or job.on_loan or job.id in state.host_of or job.allocation is None:
+            continue
+        if any(r.node in down for r in job.allocation):
+            out.update(state.allowed_types(job))
+    return out
 
 
 def restart_holds(state: ClusterState) -> dict[str, int]:
