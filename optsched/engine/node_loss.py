@@ -4,10 +4,11 @@ A running job on an unavailable node is preempted (reason ``node_unavailable``) 
 again at the next epoch; in the decision that stops it, it is neither running nor pending, so
 its tenant's quota looks idle. Lent to another tenant's start in that decision, it would be
 reclaimed at the next one to restart the same job, often on exactly those GPUs: a flip-flop
-(a start, then a reclaim, for nothing). :func:`lend_limits_after_node_loss` holds that quota
-back from lending instead, for guaranteed jobs not on loan (the ones that get their quota
-back), per tenant and GPU type; and :func:`restart_holds` keeps the free GPUs they need idle
-for that decision, so that no job starts there only to be stopped for them at the next one.
+(a start, then a reclaim, for nothing). For guaranteed jobs not on loan (the ones that get
+their quota back), on every type each allows, that decision makes no new loan
+(:func:`lend_limits_after_node_loss`), keeps the free GPUs they need idle
+(:func:`restart_holds`) and starts no best-effort job (:func:`restart_types`), so that no job
+starts there only to be stopped for them at the next one.
 
 The hold never makes running loans uncoverable: on a type it is at most the lendable idle
 quota that current borrowing leaves over (so no on-loan job must stop for it), and types on
@@ -69,15 +70,16 @@ def restart_holds(state: ClusterState) -> dict[str, int]:
 
 
 def lend_limits_after_node_loss(state: ClusterState) -> dict[tuple[str, str], int]:
-    """(tenant, GPU type) -> the lend limit to plan with this epoch, where a node loss stopped
-    guaranteed in-quota jobs of the tenant (other pairs keep their own ``lend_limit``).
+    """(tenant, GPU type) -> the lend limit to plan with this epoch, on the types where a node
+    loss stopped guaranteed in-quota jobs (other pairs keep their own ``lend_limit``).
 
-    Per type ``t``, with ``u`` the GPUs of a tenant's kept running jobs (MPS guests and jobs on
-    unavailable nodes left out), its lendable idle quota is ``s = min(lend_limit, quota - u)``
-    (0 at or above quota) and the GPUs to hold are ``R``, those of its guaranteed jobs not on
-    loan on unavailable nodes that allow ``t`` (each may restart on any type it allows). The
-    type's slack is ``sum(s) - borrowing`` (borrowing: use above quota); tenants in id order
-    hold ``h = min(R, s, slack left)`` and get ``s - h`` as their lend limit.
+    The types are those on which such jobs may restart (every type each allows): no new loan
+    is made on them in that decision (a start on loan there would be reclaimed for them at the
+    next). Per such type ``t``, with ``u`` the GPUs of a tenant's kept running jobs (MPS guests
+    and jobs on unavailable nodes left out), its lendable idle quota is
+    ``s = min(lend_limit, quota - u)`` (0 at or above quota); the type's slack is
+    ``sum(s) - borrowing`` (borrowing: use above quota, which stays covered); tenants in id
+    order hold ``h = min(s, slack left)`` and get ``s - h`` as their lend limit.
     """
     snap = state.snapshot
     down = {n.id for n in snap.nodes if not n.available}
@@ -114,7 +116,7 @@ def lend_limits_after_node_loss(state: ClusterState) -> dict[tuple[str, str], in
             borrowed += max(0, u - q)
         slack = sum(share.values()) - borrowed
         for ten in state.tenant_ids:
-            h = min(hold.get((ten, t), 0), share[ten], slack)
+            h = min(share[ten], slack)
             if h > 0:
                 out[(ten, t)] = share[ten] - h
                 slack -= h
