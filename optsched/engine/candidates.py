@@ -34,7 +34,12 @@ from dataclasses import dataclass
 
 from optsched.engine import assurance as asr
 from optsched.engine import elastic
-from optsched.engine.node_loss import lend_limits_after_node_loss, restart_holds, restart_types
+from optsched.engine.node_loss import (
+    borrow_limits_after_node_loss,
+    lend_limits_after_node_loss,
+    restart_holds,
+    restart_types,
+)
 from optsched.engine.objective import DEFAULT_WEIGHTS, ObjectiveWeights, job_value, preemption_cost
 from optsched.engine.problem import EpochProblem, GuestCandidate, PendingClass, RunningItem
 from optsched.engine.quota_tree import EMPTY, LoanMatcher, QuotaTree
@@ -486,9 +491,9 @@ def build_problem(
         tenants=ten_ids,
         capacity=_held_capacity(state, capacity),  # free GPUs held for their restart (node_loss)
         quota=quota,
-        borrow_limit=borrow,
         # quota a node loss freed from guaranteed jobs is held for them, not lent (node_loss)
         lend_limit=_held_lend(state, lend),
+        borrow_limit=_held_limits(borrow_limits_after_node_loss(state), state, borrow),
         pending=tuple(classes),
         running=tuple(running),
         guests=tuple(guests),
@@ -522,7 +527,13 @@ def _held_lend(
     state: ClusterState, lend: tuple[tuple[int | None, ...], ...]
 ) -> tuple[tuple[int | None, ...], ...]:
     """``lend`` with the limits of :func:`~optsched.engine.node_loss.lend_limits_after_node_loss`."""
-    held = lend_limits_after_node_loss(state)
+    return _held_limits(lend_limits_after_node_loss(state), state, lend)
+
+
+def _held_limits(
+    held: Mapping[tuple[str, str], int], state: ClusterState, lend: tuple[tuple[int | None, ...], ...]
+) -> tuple[tuple[int | None, ...], ...]:
+    """``lend`` (a per tenant and type limit table) with the limits of ``held``."""
     if not held:
         return lend
     types = state.type_names

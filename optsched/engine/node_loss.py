@@ -22,7 +22,7 @@ from collections import defaultdict
 
 from optsched.engine.state import ClusterState
 
-__all__ = ["lend_limits_after_node_loss", "restart_holds", "restart_types"]
+__all__ = ["borrow_limits_after_node_loss", "lend_limits_after_node_loss", "restart_holds", "restart_types"]
 
 
 def restart_types(state: ClusterState) -> set[str]:
@@ -69,7 +69,20 @@ def restart_holds(state: ClusterState) -> dict[str, int]:
     return {t: h for t, h in out.items() if h > 0}
 
 
+def borrow_limits_after_node_loss(state: ClusterState) -> dict[tuple[str, str], int]:
+    """(tenant, GPU type) -> the borrow limit to plan with this epoch on the types of
+    :func:`lend_limits_after_node_loss`: what the tenant runs above quota now (kept running
+    jobs), so no start on loan is added there however the decision's preemptions free loans
+    (a tenant's own lower ``borrow_limit`` is kept)."""
+    return _after_node_loss(state)[1]
+
+
 def lend_limits_after_node_loss(state: ClusterState) -> dict[tuple[str, str], int]:
+    """See :func:`_after_node_loss`."""
+    return _after_node_loss(state)[0]
+
+
+def _after_node_loss(state: ClusterState) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]:
     """(tenant, GPU type) -> the lend limit to plan with this epoch, on the types where a node
     loss stopped guaranteed in-quota jobs (other pairs keep their own ``lend_limit``).
 
@@ -84,7 +97,7 @@ def lend_limits_after_node_loss(state: ClusterState) -> dict[tuple[str, str], in
     snap = state.snapshot
     down = {n.id for n in snap.nodes if not n.available}
     if not down:
-        return {}
+        return {}, {}
     use: dict[tuple[str, str], int] = defaultdict(int)
     own: dict[tuple[str, str], int] = defaultdict(int)
     hold: dict[tuple[str, str], int] = defaultdict(int)
@@ -101,6 +114,7 @@ def lend_limits_after_node_loss(state: ClusterState) -> dict[tuple[str, str], in
         if not job.on_loan:
             own[key] += job.gpus
     out: dict[tuple[str, str], int] = {}
+    frozen: dict[tuple[str, str], int] = {}
     tree = state.tree
     for t in sorted({t for _, t in hold}):
         if not tree.empty and tree.limited(t):
@@ -114,10 +128,15 @@ def lend_limits_after_node_loss(state: ClusterState) -> dict[tuple[str, str], in
             ll = state.lend_limit(ten, t)
             share[ten] = max(0, q - u if ll is None else min(ll, q - u))
             borrowed += max(0, u - q)
+        for ten in state.tenant_ids:  # nobody borrows more than it runs on loan now
+            q, u = state.quota(ten, t), use[(ten, t)]
+            bl = state.borrow_limit(ten, t)
+            if bl is None or bl >= max(0, u - q):
+                frozen[(ten, t)] = max(0, u - q)
         slack = sum(share.values()) - borrowed
         for ten in state.tenant_ids:
             h = min(share[ten], slack)
             if h > 0:
                 out[(ten, t)] = share[ten] - h
                 slack -= h
-    return out
+    return out, frozen
