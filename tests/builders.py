@@ -96,6 +96,8 @@ def epoch_problem(
         "deficit": (deficit,),
         "reclaim_bonus": 0.0,
         "weights": (1.0,) * nk,
+        # the largest best-effort gang not on loan less one (candidates stand for best effort)
+        "victim_slack": (max((r.gpus - 1 for r in running_ if r.priority_victim), default=0),),
     }
     assert set(given) <= {f.name for f in fields(EpochProblem)}
     return EpochProblem(**given)

@@ -34,6 +34,12 @@ from dataclasses import dataclass
 
 from optsched.engine import assurance as asr
 from optsched.engine import elastic
+from optsched.engine.node_loss import (
+    borrow_limits_after_node_loss,
+    lend_limits_after_node_loss,
+    restart_holds,
+    restart_types,
+)
 from optsched.engine.objective import DEFAULT_WEIGHTS, ObjectiveWeights, job_value, preemption_cost
 from optsched.engine.problem import EpochProblem, GuestCandidate, PendingClass, RunningItem
 from optsched.engine.quota_tree import EMPTY, LoanMatcher, QuotaTree
@@ -142,6 +148,25 @@ def cap_starved(state: ClusterState) -> dict[str, CapStarved]:
         idle = sum(max(0, state.quota(ten, t) - use[(ten, t)]) for t in state.type_names)
         if min(movable[ten], wanted[ten] - idle) > c:
             out[ten] = CapStarved(wanted[ten], idle, movable[ten], c)
+    return out
+
+
+def victim_slack(state: ClusterState) -> dict[str, int]:
+    """Per GPU type, the largest gang of a best-effort job running not on loan (no MPS guest, on
+    an available node) less one.
+
+    Best-effort jobs inside quota are stopped for ``priority`` only for guaranteed starts inside
+    quota, and free at most those starts' GPUs plus this slack (a gang stops whole, also for a
+    smaller start); with no such start on a type they free nothing there. The model, the
+    greedy plan and the partition merge read this one rule; the checker has its own copy."""
+    out = {t: 0 for t in state.type_names}
+    for job in state.running():
+        if job.qos == "guaranteed" or job.on_loan or job.id in state.host_of or job.allocation is None:
+            continue
+        if any(not state.node_available(r.node) for r in job.allocation):
+            continue
+        t = state.job_type(job)
+        out[t] = max(out[t], job.gpus - 1)
     return out
 
 
@@ -291,8 +316,9 @@ def build_problem(
     # elastic pending jobs: (job, tenant, value, static value, priority class), sized below
     flexible: list[tuple[Job, int, float, float, str]] = []
     starved = cap_starved(state)
-    # best-effort jobs keep off the types a cap-starved tenant's guaranteed jobs wait for
-    off = {tindex[t] for t in starved_types(state, starved)}
+    # best-effort jobs keep off the types a cap-starved tenant's guaranteed jobs wait for, and
+    # those on which jobs a node loss stops restart next (node_loss)
+    off = {tindex[t] for t in starved_types(state, starved)} | {tindex[t] for t in restart_types(state)}
     held_back: list[str] = []
     for job in state.pending():
         k = state.tenant_index[job.tenant]
@@ -480,10 +506,11 @@ def build_problem(
     return EpochProblem(
         types=types,
         tenants=ten_ids,
-        capacity=capacity,
+        capacity=_held_capacity(state, capacity),  # free GPUs held for their restart (node_loss)
         quota=quota,
-        borrow_limit=borrow,
-        lend_limit=lend,
+        # quota a node loss freed from guaranteed jobs is held for them, not lent (node_loss)
+        lend_limit=_held_lend(state, lend),
+        borrow_limit=_held_limits(borrow_limits_after_node_loss(state), state, borrow),
         pending=tuple(classes),
         running=tuple(running),
         guests=tuple(guests),
@@ -492,6 +519,7 @@ def build_problem(
         density=density,
         unplaceable=tuple(unplaceable),
         held_back=tuple(held_back),
+        victim_slack=tuple(victim_slack(state)[t] for t in types),
         kept_over=kept_over,
         deficit=deficit,
         reclaim_bonus=reclaim_bonus,
@@ -504,6 +532,32 @@ def build_problem(
             t.preemption.max_gpus_per_epoch if t.preemption is not None else None for t in snap.tenants
         ),
         tree=state.tree,
+    )
+
+
+def _held_capacity(state: ClusterState, capacity: tuple[int, ...]) -> tuple[int, ...]:
+    """``capacity`` less the GPUs of :func:`~optsched.engine.node_loss.restart_holds`."""
+    held = restart_holds(state)
+    return tuple(c - held.get(t, 0) for c, t in zip(capacity, state.type_names, strict=True))
+
+
+def _held_lend(
+    state: ClusterState, lend: tuple[tuple[int | None, ...], ...]
+) -> tuple[tuple[int | None, ...], ...]:
+    """``lend`` with the limits of :func:`~optsched.engine.node_loss.lend_limits_after_node_loss`."""
+    return _held_limits(lend_limits_after_node_loss(state), state, lend)
+
+
+def _held_limits(
+    held: Mapping[tuple[str, str], int], state: ClusterState, lend: tuple[tuple[int | None, ...], ...]
+) -> tuple[tuple[int | None, ...], ...]:
+    """``lend`` (a per tenant and type limit table) with the limits of ``held``."""
+    if not held:
+        return lend
+    types = state.type_names
+    return tuple(
+        tuple(held.get((ten, t), row[k]) for k, t in enumerate(types))
+        for ten, row in zip(state.tenant_ids, lend, strict=True)
     )
 
 

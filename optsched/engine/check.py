@@ -16,7 +16,9 @@
                         node jobs are preempted; guaranteed in-quota jobs
                         never for another tenant; operator controls
                         (``min-runtime``, ``preemption-cap``); the same
-                        for shrinking an elastic job
+                        for shrinking an elastic job; in-quota best-      ``check_best_effort_victims``
+                        effort jobs only for guaranteed in-quota starts
+                        (the engine's rule, with invariant 8)
  4  capacity-and-loans  per type: use within capacity, use above quota     ``check_capacity_and_loans``
                         covered by loans within borrow and lend limits,
                         at every level of the quota tree (group
@@ -69,6 +71,7 @@ from optsched.schema.snapshot import GpuRef, Job
 __all__ = [
     "INVARIANT_NAMES",
     "Violation",
+    "check_best_effort_victims",
     "check_capacity_and_loans",
     "check_decision",
     "check_gpu_sharing",
@@ -519,6 +522,67 @@ def check_preemption(state: ClusterState, decision: Decision, after: _After) -> 
                 )
     out += _check_operator_controls(state, decision)
     return out
+
+
+def check_best_effort_victims(state: ClusterState, decision: Decision) -> list[Violation]:
+    """Invariant 3, the engine's own rule (``docs/snapshot-format.md``, "What a preemption is
+    for"): a best-effort job running inside its tenant's quota is stopped only for a guaranteed
+    start inside quota. Per GPU type, the GPUs freed by such jobs preempted for ``priority``
+    (not on loan, not MPS guests, on available nodes; a ``shrink_for_start`` of one counts the
+    GPUs it gives up) are at most the GPUs of the decision's guaranteed starts with
+    ``on_loan`` false on that type (MPS guests left out), plus, once there is such a start, the
+    largest gang of a best-effort job running not on loan on that type less one (a gang stops
+    whole, also for a smaller start); with no such start, none."""
+    freed: dict[str, int] = defaultdict(int)
+    victims: dict[str, list[str]] = defaultdict(list)
+    stops: list[tuple[str, int | None]] = [
+        (p.job, None) for p in decision.preempt if p.reason == PreemptReason.PRIORITY
+    ]
+    stops += [
+        (rz.job, rz.from_gpus - len(rz.allocation))
+        for rz in decision.resize
+        if rz.reason == ResizeReason.SHRINK_FOR_START and rz.from_gpus > len(rz.allocation)
+    ]
+    for jid, gone in stops:
+        if jid not in state.job_index:
+            continue
+        job = state.job(jid)
+        if job.qos == "guaranteed" or job.state != "running" or job.allocation is None:
+            continue
+        if job.on_loan or jid in state.host_of:
+            continue
+        if any(not state.node_available(r.node) for r in job.allocation):
+            continue
+        t = state.job_type(job)
+        freed[t] += job.gpus if gone is None else gone
+        victims[t].append(jid)
+    if not freed:
+        return []
+    taken: dict[str, int] = defaultdict(int)
+    for st in decision.start:
+        if st.on_loan or st.colocated_with or not st.allocation or st.job not in state.job_index:
+            continue
+        if state.job(st.job).qos == "guaranteed":
+            taken[state.node_type(st.allocation[0].node)] += len(st.allocation)
+    gang: dict[str, int] = defaultdict(int)  # largest best-effort gang not on loan, per type
+    for job in state.snapshot.jobs:
+        if job.state != "running" or job.qos == "guaranteed" or job.on_loan or job.allocation is None:
+            continue
+        if job.id in state.host_of or any(not state.node_available(r.node) for r in job.allocation):
+            continue
+        t = state.job_type(job)
+        gang[t] = max(gang[t], job.gpus)
+    allowed = {t: taken[t] + max(0, gang[t] - 1) if taken[t] > 0 else 0 for t in freed}
+    return [
+        Violation(
+            3,
+            f"best-effort in-quota jobs {sorted(victims[t])[:5]} free {g} '{t}' GPUs for priority, "
+            f"guaranteed starts inside quota take {taken[t]} (at most {allowed[t]} may be freed)",
+            tuple(sorted(victims[t])),
+        )
+        for t, g in sorted(freed.items())
+        if g > allowed[t]
+    ]
 
 
 def _check_operator_controls(state: ClusterState, decision: Decision) -> list[Violation]:
@@ -1097,6 +1161,11 @@ def check_work_conservation(
     has quota: that tenant's guaranteed jobs need more of its GPUs than its
     ``max_gpus_per_epoch`` lets one decision free, and take GPUs of the type over the next epochs.
 
+    A node loss: the free GPUs of ``t`` count less the GPUs of the guaranteed jobs not on loan
+    that the decision stops for ``node_unavailable`` and that allow ``t`` (held for their
+    restart at the next epoch: a job started there would be stopped again for them); a
+    best-effort job is exempt on every type such a job allows.
+
     Linear in jobs + GPUs + tenants x types: per-type and per-(tenant, type) sums are computed
     once, then each pending job looks at its allowed types only.
     """
@@ -1112,16 +1181,24 @@ def check_work_conservation(
     reasons = decision.queue_reasons
     starved = _cap_starved(state)
     off = {t for t in state.type_names if any(state.quota(ten, t) > 0 for ten in starved)}
+    # free GPUs held for the restart of guaranteed jobs not on loan stopped on unavailable nodes
+    restart: dict[str, int] = defaultdict(int)
+    for p in decision.preempt:
+        if p.reason == PreemptReason.NODE_UNAVAILABLE and p.job in state.job_index:
+            stopped = state.job(p.job)
+            if stopped.qos == "guaranteed" and not stopped.on_loan and p.job not in state.host_of:
+                for t in state.allowed_types(stopped):  # it may restart on any of them
+                    restart[t] += stopped.gpus
     out: list[Violation] = []
     for job in state.pending():
         if job.id in after.started:
             continue
         g = job.size_range[0] if job.is_elastic else job.gpus  # an elastic job at its smallest
         for t in state.allowed_types(job):
-            if cap.get(t, 0) <= 0 or free[t] < g:
+            if cap.get(t, 0) <= 0 or free[t] - restart.get(t, 0) < g:
                 continue
-            if t in off and job.qos != "guaranteed":
-                continue  # a cap-starved tenant's guaranteed jobs take this type's GPUs next
+            if (t in off or restart.get(t, 0) > 0) and job.qos != "guaranteed":
+                continue  # a cap-starved tenant's guaranteed jobs, or a node loss's, take them next
             idle = state.quota(job.tenant, t) - use.get((job.tenant, t), 0) - lent_out.get((job.tenant, t), 0)
             if idle < g:
                 continue
@@ -1149,8 +1226,9 @@ def check_decision(
 ) -> list[Violation]:
     """Every broken invariant of ``decision`` for ``state`` (empty when it is valid).
 
-    ``work_conserving=False`` leaves out invariant 8, which is the engine's own promise: a
-    host may check another scheduler's decisions (FIFO blocks its queue on purpose) with it.
+    ``work_conserving=False`` leaves out invariant 8 and :func:`check_best_effort_victims`,
+    the engine's own promises: a host may check another scheduler's decisions (FIFO blocks its
+    queue on purpose) with it.
     """
     out: list[Violation] = []
     if decision.now != state.snapshot.now:
@@ -1168,7 +1246,8 @@ def check_decision(
     out += check_start_or_queue(state, decision)
     if decision.workflow_plan is not None:
         out += check_workflow_plan(state, decision.workflow_plan)
-    if work_conserving:
+    if work_conserving:  # the engine's own promises: work conservation, what preemptions are for
         out += check_work_conservation(state, decision, after)
+        out += check_best_effort_victims(state, decision)
     out += check_reservations(state, decision, after)
     return out

@@ -114,6 +114,9 @@ class LinearModel:
     own_start: dict[tuple[int, int], int] = field(default_factory=dict)
     """(tenant, type) -> 1 if the tenant starts inside quota there (only where its own jobs
     already run above quota, see ``add_capacity_and_loans``)."""
+    guar_start: dict[int, int] = field(default_factory=dict)
+    """type -> 1 if a guaranteed job starts inside quota there (only where best-effort victims
+    have a ``victim_slack``, see ``add_preemption_rules``)."""
 
     def var(self, name: str, lb: int, ub: int, obj: float = 0.0) -> int:
         self.names.append(name)
@@ -412,17 +415,18 @@ def add_preemption_rules(m: LinearModel, p: EpochProblem) -> None:
         if host is not None and host in m.preempt and r not in m.preempt:
             raise AssertionError(f"guest {run.job} must be a preemption candidate")
     # stability (no swaps back and forth): a preemption needs a start inside quota on its
-    # type (a start on loan never preempts), and a best-effort job inside its tenant's quota
-    # is stopped only for a guaranteed start inside quota; at least one such start, big-M
+    # type (a start on loan never preempts; at least one such start, big-M), and best-effort
+    # jobs inside their tenant's quota are stopped only for guaranteed starts inside quota:
+    # the GPUs they free on a type are at most those starts' GPUs (a best-effort start never
+    # takes them)
     need_own = [dict(f) for f in freed]
     need_guar = [dict(f) for f in freed_own]
     big_own = [sum(c * m.ub[x] for x, c in f.items()) for f in freed]
-    big_guar = [sum(c * m.ub[x] for x, c in f.items()) for f in freed_own]
     for (c, t), v in m.own.items():
         if need_own[t]:
             need_own[t][v] = -big_own[t]
         if need_guar[t] and p.pending[c].guaranteed:
-            need_guar[t][v] = -big_guar[t]
+            need_guar[t][v] = -p.pending[c].gpus
     # the GPUs priority preemptions free go to starts inside quota: a start on loan never
     # takes GPUs a priority preemption frees (it borrows idle quota, it does not displace
     # running work), except what is left of a gang stopped whole for a smaller start (less
@@ -446,7 +450,16 @@ def add_preemption_rules(m: LinearModel, p: EpochProblem) -> None:
         if any(c > 0 for c in need_own[t].values()):
             m.add(need_own[t], -INF, p.deficit[t], f"preempt_only_for_own_start[{tname}]")
         if any(c > 0 for c in need_guar[t].values()):
-            m.add(need_guar[t], -INF, 0, f"preempt_in_quota_only_for_guaranteed[{tname}]")
+            row = need_guar[t]
+            slack = p.slack_of(t)
+            guar = [v for (c, tt), v in m.own.items() if tt == t and p.pending[c].guaranteed]
+            if slack > 0 and guar:
+                # a gang stops whole, also for a smaller start: ``slack`` more GPUs once at
+                # least one guaranteed start inside quota takes GPUs of the type
+                y = m.guar_start[t] = m.var(f"guaranteed_start_on[{tname}]", 0, 1)
+                row = {**row, y: -slack}
+                m.add({y: 1, **{v: -1 for v in guar}}, -INF, 0, f"guaranteed_start_on[{tname}]")
+            m.add(row, -INF, 0, f"preempt_in_quota_only_for_guaranteed[{tname}]")
     # preemptions are paid with time-invariant worth: the static value of the in-quota starts
     # they make room for (no aging, no assurance scaling; reclaim classes carry their bonus),
     # so in a cluster where nothing changes, waiting longer never tips a job into preempting
@@ -586,6 +599,9 @@ def from_assignment(m: LinearModel, p: EpochProblem, a: Assignment) -> list[int]
         run = p.running[r]
         w = m.own_start.get((run.tenant, run.type))
         if w is not None and d > 0 and not run.on_loan:
+            x[w] = 1
+    for t, w in m.guar_start.items():
+        if any(x[v] > 0 for (c, tt), v in m.own.items() if tt == t and p.pending[c].guaranteed):
             x[w] = 1
     # minimal loans: borrowers take exactly their excess, lenders give idle quota in order
     use = a.use(p)

@@ -49,9 +49,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from optsched.engine import assurance as asr
 from optsched.engine.budget import PART_GRACE, PART_SHARE, Budget
-from optsched.engine.candidates import cap_starved, protected, starved_types
+from optsched.engine.candidates import cap_starved, protected, starved_types, victim_slack
 from optsched.engine.check import over_quota_note
 from optsched.engine.decide import explain_decision, kept_over_quota
+from optsched.engine.node_loss import lend_limits_after_node_loss
 from optsched.engine.state import ClusterState
 from optsched.schema.decision import (
     Decision,
@@ -545,13 +546,22 @@ class _Pick:
     changes: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     chosen: set[str] = field(default_factory=set)
     taken: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    be_room: int = 0
+    """GPUs best-effort priority victims may still free: those of guaranteed in-quota starts
+    on the type (this one included) that no such victim freed yet."""
 
     def take(self, v: _Victim) -> bool:
-        """Add ``v`` unless its tenant's preemption cap forbids it (priority victims)."""
+        """Add ``v`` unless its tenant's preemption cap forbids it (priority victims), or, for
+        a best-effort one, it would free GPUs no guaranteed in-quota start takes."""
         if v.kind == "priority":
             if self.taken[v.tenant] + v.gpus > self.cap_left(v.tenant):
                 return False
+            be = v.job.qos != "guaranteed"
+            if be and v.gpus > self.be_room:
+                return False
             self.taken[v.tenant] += v.gpus
+            if be:
+                self.be_room -= v.gpus
         self.victims.append(v)
         self.chosen.add(v.job.id)
         self.changes[v.tenant] -= v.gpus
@@ -670,6 +680,7 @@ def merge_plan(
 
     quota = {(o, t): state.quota(o, t) for o in state.tenant_ids for t in state.type_names}
     lend_limit = {(o, t): state.lend_limit(o, t) for o in state.tenant_ids for t in state.type_names}
+    lend_limit.update(lend_limits_after_node_loss(state))  # quota held for jobs a node loss stopped
 
     def lendable(ten: str, t: str) -> int:
         idle = quota[(ten, t)] - use[(ten, t)]
@@ -711,10 +722,21 @@ def merge_plan(
                 _Victim(j, "start", j.tenant, j.gpus, tuple(st_.allocation))
             )
     lost: dict[str, int] = defaultdict(int)
+    # per type: GPUs of guaranteed in-quota starts that best-effort priority victims may free,
+    # plus the type's victim slack once there is one such start (``slack`` keeps what is left)
+    be_left: dict[str, int] = defaultdict(int)
+    for st_ in starts:
+        if not st_.on_loan and not st_.colocated_with and state.job(st_.job).qos == "guaranteed":
+            be_left[state.node_type(st_.allocation[0].node)] += len(st_.allocation)
+    slack = victim_slack(state)
+    for t in list(be_left):
+        be_left[t] += slack.pop(t, 0)
     for p in preempt:
         j = state.job(p.job)
         if p.reason == PreemptReason.PRIORITY and not j.on_loan:
             lost[j.tenant] += j.gpus
+            if j.qos != "guaranteed" and p.job not in state.host_of:
+                be_left[state.job_type(j)] -= j.gpus
     tenants = {ten.id: ten for ten in snap.tenants}
     for job in state.running():
         if job.id in stopped or job.id in hosts or job.id in state.host_of:
@@ -759,7 +781,8 @@ def merge_plan(
                         continue
                     g = job.gpus
                     ten = job.tenant
-                    pick = _Pick(cap_left)
+                    guar = job.qos == "guaranteed"
+                    pick = _Pick(cap_left, be_room=be_left[t] + g + slack.get(t, 0) if guar else 0)
                     pick.changes[ten] += g
                     victims, changes, chosen, take = pick.victims, pick.changes, pick.chosen, pick.take
                     room = fleet.total.get(t, 0)
@@ -819,6 +842,9 @@ def merge_plan(
                         continue
                     supply[t] += ds
                     demand[t] += dd
+                    if first:  # a guaranteed start inside quota
+                        be_left[t] = pick.be_room
+                        slack.pop(t, None)
                     for o, n in changes.items():
                         use[(o, t)] += n
                     for v in victims:

@@ -163,9 +163,17 @@ class EpochProblem:
     MPS guests do not count."""
     tree: QuotaTree = EMPTY
     """The quota groups above the tenants (tenant indices are the problem's); empty: flat."""
+    victim_slack: tuple[int, ...] = ()
+    """Per type: the largest gang of a best-effort job running not on loan (no MPS guest, on an
+    available node) less one (:func:`~optsched.engine.candidates.victim_slack`): what a gang
+    stopped whole may free beyond the guaranteed in-quota starts it makes room for; empty: 0."""
     held_back: tuple[str, ...] = ()
     """Best-effort pending jobs of cap-starved tenants (:func:`~optsched.engine.candidates.cap_starved`):
     not candidates this epoch, queued with reason ``preemption_cap``."""
+
+    def slack_of(self, t: int) -> int:
+        """``victim_slack`` of type ``t`` (0 when none was given)."""
+        return self.victim_slack[t] if t < len(self.victim_slack) else 0
 
     def cap_of(self, tenant: int) -> int | None:
         """The tenant's priority-preemption cap in GPUs, if any."""

@@ -322,6 +322,23 @@ def _priority(p: EpochProblem, a: Assignment, ledger: _Ledger) -> None:
         if p.running[r].priority_victim:
             spent[p.running[r].tenant] += p.running[r].gpus
     hosting = set(a.guests.values())
+    # best-effort jobs inside quota free at most the GPUs of guaranteed starts inside quota on
+    # their type, plus the type's victim slack once there is one (the model's
+    # preempt_in_quota_only_for_guaranteed): what is left of that room
+    be_room = [0] * len(p.types)
+    for c, counts in a.starts.items():
+        if p.pending[c].guaranteed:
+            for (t, loan), k in counts.items():
+                if not loan:
+                    be_room[t] += k * p.pending[c].gpus
+    slack_left = [p.slack_of(t) for t in range(len(p.types))]
+    for t, room in enumerate(be_room):
+        if room > 0:
+            be_room[t] += slack_left[t]
+            slack_left[t] = 0
+    for r in a.preempt:
+        if p.running[r].priority_victim:
+            be_room[p.running[r].type] -= p.running[r].gpus
     order = sorted(
         (c for c, cls in enumerate(p.pending) if cls.guaranteed and cls.own_types and c not in a.guests),
         key=lambda c: (-p.pending[c].density, p.pending[c].job),
@@ -347,6 +364,7 @@ def _priority(p: EpochProblem, a: Assignment, ledger: _Ledger) -> None:
                 need_room = cls.gpus - (p.quota[cls.tenant][t] - ledger.own[cls.tenant][t])
                 applied = False
                 trial = list(spent)
+                room = be_room[t] + cls.gpus + slack_left[t]
                 for r in itertools.chain(own_list, others):
                     if r in a.preempt or r in hosting or r in a.resize:
                         continue  # a host that took a guest, or a resized job, keeps running
@@ -354,11 +372,14 @@ def _priority(p: EpochProblem, a: Assignment, ledger: _Ledger) -> None:
                     cap = p.cap_of(run.tenant) if run.priority_victim else None
                     if cap is not None and trial[run.tenant] + run.gpus > cap:
                         continue  # the victim's tenant has no preemption left this epoch
+                    if run.priority_victim and run.gpus > room:
+                        continue  # it would free GPUs no guaranteed start takes
                     extra = math.ceil(PAY_SCALE * run.static_cost)
                     if cost + extra > gain:
                         break
                     if run.priority_victim:
                         trial[run.tenant] += run.gpus
+                        room -= run.gpus
                     taken.append(r)
                     cost += extra
                     need_gpus -= run.gpus
@@ -381,6 +402,8 @@ def _priority(p: EpochProblem, a: Assignment, ledger: _Ledger) -> None:
                     if cls.group:
                         groups.add(cls.group)
                     spent = trial
+                    be_room[t] = room
+                    slack_left[t] = 0
                     for r in taken:
                         a.preempt.add(r)
                         a.preempt.update(guests_of_host.get(p.running[r].job, []))
