@@ -27,7 +27,7 @@ from optsched.predict.fallback import EstimatePredictor
 from optsched.schema.decision import Decision, Explanation
 from tests.conftest import INSTANCES
 
-NEVER = {"gang_size", "type_unavailable"}
+NEVER = {"gang_size", "type_unavailable", "gpu_memory"}
 RANK = [
     "not_chosen",
     "priority",
@@ -38,6 +38,7 @@ RANK = [
     "capacity",
     "gang_size",
     "type_unavailable",
+    "gpu_memory",
 ]
 MAX_IDS = 10
 
@@ -97,7 +98,7 @@ class After:
         table = self.tenants[ten].get(which)
         return None if table is None or t not in table else int(table[t])
 
-    def expected_fit(self, ten: str, g: int, t: str) -> dict[str, Any]:
+    def expected_fit(self, ten: str, g: int, t: str, mem: float | None = None) -> dict[str, Any]:
         cap = self.cap[t]
         total = sum(v for (_, tt), v in self.use.items() if tt == t)
         free = cap - total
@@ -117,7 +118,9 @@ class After:
         bl = self.limit(ten, "borrow_limit", t)
         room = None if bl is None else bl - li
         started = self.start_gpus[t]
-        if cap == 0:
+        if mem is not None and mem > self.snap["gpu_types"][t]["memory_gib"]:
+            binding, missing = "gpu_memory", g  # the job's stated memory per GPU does not fit
+        elif cap == 0:
             binding, missing = "type_unavailable", g
         elif cap < g:
             binding, missing = "gang_size", g - cap
@@ -193,7 +196,7 @@ def check_queued(a: After, jid: str, e: Explanation, d: Decision) -> None:
     assert e.code == d.queue_reasons[jid].value
     assert e.tenant == ten
     allowed = job["gpu_types"] if job.get("gpu_types") is not None else a.types
-    want = {t: a.expected_fit(ten, g, t) for t in allowed}
+    want = {t: a.expected_fit(ten, g, t, job.get("memory_gib")) for t in allowed}
     got = [f.model_dump() for f in e.types]
     assert sorted(f["gpu_type"] for f in got) == sorted(allowed)
     for f in got:

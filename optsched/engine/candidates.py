@@ -311,7 +311,7 @@ def build_problem(
     memory: dict[str, float] = {}
     shareable_jobs: list[tuple[float, str, ClassKey]] = []
     # per (tenant, gang, allowed types): the usable type indices and whether one is MPS
-    kinds: dict[tuple[int, int, tuple[str, ...] | None], tuple[tuple[int, ...], bool]] = {}
+    kinds: dict[tuple[int, int, tuple[str, ...]], tuple[tuple[int, ...], bool]] = {}
     unknown_classes: set[tuple[str, str]] = set()
     # elastic pending jobs: (job, tenant, value, static value, priority class), sized below
     flexible: list[tuple[Job, int, float, float, str]] = []
@@ -322,13 +322,14 @@ def build_problem(
     held_back: list[str] = []
     for job in state.pending():
         k = state.tenant_index[job.tenant]
-        kind = (k, job.gpus, None if job.gpu_types is None else tuple(job.gpu_types))
+        job_types = state.allowed_types(job)  # memory-filtered: two jobs of one kind share it
+        kind = (k, job.gpus, job_types)
         got = kinds.get(kind)
         if got is None:
             usable = tuple(
                 sorted(
                     tindex[t]
-                    for t in state.allowed_types(job)
+                    for t in job_types
                     if capacity[tindex[t]] >= job.gpus and kept_over[k][tindex[t]] == 0
                 )
             )

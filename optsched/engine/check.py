@@ -10,7 +10,9 @@
                         shareable jobs whose memory fits together
  2  placement           gang all-or-nothing, one allowed type, available   ``check_placement``
                         nodes, no GPU given twice, running jobs keep theirs ``check_resize``
-                        (elastic jobs: one allowed size; a resize grows
+                        (a type with less memory per GPU than a started
+                        job's stated ``memory_gib`` is not allowed;
+                        elastic jobs: one allowed size; a resize grows
                         onto GPUs free in the snapshot or keeps a subset)
  3  preemption          only preemptible / on-loan / guest / unavailable-  ``check_preemption``
                         node jobs are preempted; guaranteed in-quota jobs
@@ -30,7 +32,8 @@
                         ``queue``
  6  workflow-plan       workflow plan rules                                ``check_workflow_plan``
  8  work-conservation   no pending job stays queued while free GPUs of an  ``check_work_conservation``
-                        allowed type and its tenant's idle quota could     ``check_reservations``
+                        allowed type (large enough for its stated memory)  ``check_reservations``
+                        and its tenant's idle quota could
                         hold it, unless they are held for a reservation
                         that starts before it would end; reservations
                         are well formed and no start that outlives one
@@ -232,6 +235,24 @@ def _memory(job_id: str, state: ClusterState, decision: Decision) -> float | Non
     return None
 
 
+def _declared_types(state: ClusterState, job: Job) -> tuple[str, ...]:
+    """The types a job lists, every type when it lists none (read from the job, not the engine)."""
+    return tuple(job.gpu_types) if job.gpu_types is not None else state.type_names
+
+
+def _too_small(state: ClusterState, job: Job, gpu_type: str) -> float | None:
+    """The GiB per GPU of ``gpu_type`` when it is below the job's *stated* ``memory_gib`` (such a
+    type can never hold the job; predictions do not count), else None."""
+    has = state.snapshot.gpu_types[gpu_type].memory_gib
+    mem = job.memory_gib
+    return has if mem is not None and mem > has + EPS else None
+
+
+def _usable_types(state: ClusterState, job: Job) -> list[str]:
+    """Declared types whose GPUs hold the job's stated memory: where it could start."""
+    return [t for t in _declared_types(state, job) if _too_small(state, job, t) is None]
+
+
 def check_gpu_sharing(state: ClusterState, decision: Decision, after: _After) -> list[Violation]:
     """Invariant 1."""
     out: list[Violation] = []
@@ -316,11 +337,21 @@ def check_placement(state: ClusterState, decision: Decision, after: _After) -> l
             types.add(node.gpu_type)
         if len(types) > 1:
             out.append(Violation(2, f"job '{s.job}' mixes GPU types {sorted(types)}", (s.job,)))
-        allowed = state.allowed_types(job)
+        allowed = _declared_types(state, job)
         for t in types:
             if t not in allowed:
                 out.append(
                     Violation(2, f"job '{s.job}' placed on type '{t}', allowed {list(allowed)}", (s.job,))
+                )
+            elif not s.colocated_with and (has := _too_small(state, job, t)) is not None:
+                # (an MPS guest's memory is checked with its host's, invariant 1)
+                out.append(
+                    Violation(
+                        2,
+                        f"job '{s.job}' needs {job.memory_gib:.1f} GiB per GPU, placed on type '{t}' "
+                        f"with {has:.1f} GiB",
+                        (s.job,),
+                    )
                 )
         if s.colocated_with:
             for host in s.colocated_with:
@@ -1047,7 +1078,7 @@ def check_reservations(state: ClusterState, decision: Decision, after: _After) -
             out.append(Violation(8, f"{where}: the job is not queued", (r.job,)))
             continue
         job = state.job(r.job)
-        if r.gpu_type not in state.allowed_types(job) or cap.get(r.gpu_type, 0) < job.gpus:
+        if r.gpu_type not in _usable_types(state, job) or cap.get(r.gpu_type, 0) < job.gpus:
             out.append(Violation(8, f"{where}: type '{r.gpu_type}' cannot hold the job", (r.job,)))
             continue
         if r.gpus != job.gpus:
@@ -1194,7 +1225,7 @@ def check_work_conservation(
         if job.id in after.started:
             continue
         g = job.size_range[0] if job.is_elastic else job.gpus  # an elastic job at its smallest
-        for t in state.allowed_types(job):
+        for t in _usable_types(state, job):  # never a type too small for its stated memory
             if cap.get(t, 0) <= 0 or free[t] - restart.get(t, 0) < g:
                 continue
             if (t in off or restart.get(t, 0) > 0) and job.qos != "guaranteed":

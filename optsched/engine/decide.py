@@ -21,7 +21,7 @@ from optsched.engine.candidates import cap_starved, starved_types
 from optsched.engine.check import over_quota_note
 from optsched.engine.problem import Assignment, EpochProblem
 from optsched.engine.quota_tree import LoanMatcher, group_flows
-from optsched.engine.state import ClusterState, GpuKey
+from optsched.engine.state import MEMORY_EPS, ClusterState, GpuKey
 from optsched.predict.base import Predictions
 from optsched.schema.decision import (
     Binding,
@@ -263,7 +263,7 @@ def to_decision(
     kind_of: list[Kind] = []  # per queued job
     for job in pending:
         queue.append(job.id)
-        kind_of.append(queue_kind(job))
+        kind_of.append(queue_kind(state, job))
     density = p.density
     explanations = explain(
         state, starts, preempt, use, loans, queue, kind_of, signal, resizes,
@@ -384,6 +384,7 @@ BINDING_REASON: dict[str, QueueReason] = {
     "borrow_limit": QueueReason.BORROW_LIMIT,
     "lend_limit": QueueReason.QUOTA_AND_NO_LENDER,
     "no_lender": QueueReason.QUOTA_AND_NO_LENDER,
+    "gpu_memory": QueueReason.GPU_MEMORY,
 }
 """The queue reason of each binding constraint of a queued job's best GPU type."""
 
@@ -393,7 +394,7 @@ BINDING_REASON: dict[str, QueueReason] = {
 MAX_IDS = 10
 """Job ids an explanation's ``blocked_by`` (and its text) lists at most; the text says how many
 there are in all."""
-_NEVER = frozenset({"gang_size", "type_unavailable"})
+_NEVER = frozenset({"gang_size", "type_unavailable", "gpu_memory"})
 """Bindings no decision can lift: such types come last."""
 _RANK = {
     b: k
@@ -408,6 +409,7 @@ _RANK = {
             "capacity",
             "gang_size",
             "type_unavailable",
+            "gpu_memory",
         )
     )
 }
@@ -656,15 +658,18 @@ class _Ledger:
 Rank = Callable[[str], tuple[Any, ...]]
 """Sort key of a job id, most valuable first: how ``blocked_by`` and ``made_room_for`` list jobs."""
 
-Kind = tuple[str, int, tuple[str, ...] | None]
-"""A queued job's (tenant, gang, allowed types or None): all its explanation depends on."""
+Kind = tuple[str, int, tuple[str, ...] | None, float | None]
+"""A queued job's (tenant, gang, declared types or None, stated memory per GPU when some declared
+type is too small for it, else None): all its explanation depends on."""
 
 
-def queue_kind(job: Job) -> Kind:
+def queue_kind(state: ClusterState, job: Job) -> Kind:
     """The kind of a queued job; an elastic job is explained at its smallest size (the closest
     it is to starting)."""
     g = job.size_range[0] if job.is_elastic else job.gpus
-    return (job.tenant, g, None if job.gpu_types is None else tuple(job.gpu_types))
+    declared = state.declared_types(job)
+    mem = job.memory_gib if len(state.allowed_types(job)) < len(declared) else None
+    return (job.tenant, g, None if job.gpu_types is None else declared, mem)
 
 
 def held_before(state: ClusterState) -> dict[tuple[str, str], int]:
@@ -710,8 +715,8 @@ def explain(
     led = _Ledger(state, starts, use, loans, rank)
     per_kind: dict[Kind, Explanation] = {}
     for kind in dict.fromkeys(kind_of):
-        ten, g, types = kind
-        per_kind[kind] = _explain_queued(led, ten, g, state.type_names if types is None else types)
+        ten, g, types, mem = kind
+        per_kind[kind] = _explain_queued(led, ten, g, state.type_names if types is None else types, mem)
     out = {jid: per_kind[kind] for jid, kind in zip(queue, kind_of, strict=True)}
     stopped = {x.job: x for x in preempt}
     ev = set(evicted)
@@ -777,7 +782,7 @@ def explain_decision(
             return k
 
     queue = list(decision.queue)
-    kind_of = [queue_kind(jobs[index[j]]) for j in queue]
+    kind_of = [queue_kind(state, jobs[index[j]]) for j in queue]
     out = explain(
         state, list(decision.start), list(decision.preempt), use, list(decision.loans),
         queue, kind_of, signal, list(decision.resize),
@@ -912,15 +917,26 @@ def _fit_text(led: _Ledger, f: TypeFit, ten: str, g: int) -> str:
     )
 
 
+def _memory_text(t: str, has: float, mem: float) -> str:
+    return f"'{t}': {has:.1f} GiB per GPU, less than the {mem:.1f} GiB it needs per GPU"
+
+
 def _explain_queued(
-    led: _Ledger, ten: str, g: int, allowed: tuple[str, ...]
+    led: _Ledger, ten: str, g: int, allowed: tuple[str, ...], mem: float | None = None
 ) -> Explanation:
+    """``allowed`` are the job's declared types; those whose GPUs have less memory than ``mem``
+    (its stated memory per GPU) bind on ``gpu_memory``, whatever their numbers."""
     got = []
+    gpu_types = led.state.snapshot.gpu_types
     for t in allowed:
         ft = led.fits.get((ten, g, t))
         if ft is None:
             f = led.fit(ten, g, t)
             ft = led.fits[(ten, g, t)] = (f, _fit_text(led, f, ten, g))
+        has = gpu_types[t].memory_gib
+        if mem is not None and mem > has + MEMORY_EPS:
+            f = ft[0].model_copy(update={"binding": "gpu_memory", "missing": g})
+            ft = (f, _memory_text(t, has, mem))
         got.append(ft)
     if len(got) > 1:
         tindex = led.tindex
@@ -952,6 +968,12 @@ def _explain_queued(
     else:
         blocked = led.of_type(best.gpu_type, ten)[:MAX_IDS]
     what = _gpus(g, allowed[0]) if len(allowed) == 1 else f"{_gpus(g)} of one type ({', '.join(allowed)})"
+    if best.binding == "gpu_memory" and mem is not None:
+        largest = max(gpu_types[t].memory_gib for t in allowed)
+        what += (
+            f" with {mem:.1f} GiB per GPU; the largest GPU it allows has {largest:.1f} GiB, so it "
+            "cannot start on this cluster"
+        )
     text = f"needs {what}. " + ". ".join(text for _, text in got) + "."
     return Explanation(
         code=BINDING_REASON[best.binding].value,

@@ -22,6 +22,8 @@ from optsched.errors import error_path as _error_path
 from optsched.schema.snapshot import Job, Snapshot
 
 GpuKey = tuple[str, int]
+MEMORY_EPS = 1e-9
+"""GiB of slack when a job's stated memory per GPU is compared with a GPU type's."""
 
 
 def error_path(loc: tuple[int | str, ...]) -> str:
@@ -248,8 +250,32 @@ class ClusterState:
     def node_available(self, node_id: str) -> bool:
         return self.snapshot.nodes[self.node_index[node_id]].available
 
-    def allowed_types(self, job: Job) -> tuple[str, ...]:
+    def declared_types(self, job: Job) -> tuple[str, ...]:
+        """The GPU types the job lists (``gpu_types``), every type of the fleet when it lists none."""
         return tuple(job.gpu_types) if job.gpu_types is not None else self.type_names
+
+    def memory_fits(self, job: Job, gpu_type: str) -> bool:
+        """Whether a GPU of ``gpu_type`` holds the job's stated peak memory per GPU (``memory_gib``;
+        a job that states none fits everywhere, predictions do not count)."""
+        mem = job.memory_gib
+        return mem is None or mem <= self.snapshot.gpu_types[gpu_type].memory_gib + MEMORY_EPS
+
+    @functools.cached_property
+    def _smallest_memory(self) -> float:
+        return min(t.memory_gib for t in self.snapshot.gpu_types.values())
+
+    def allowed_types(self, job: Job) -> tuple[str, ...]:
+        """The GPU types the job may run on: its declared types (:meth:`declared_types`) whose
+        GPUs hold its stated memory per GPU (:meth:`memory_fits`). The one rule every path
+        (model, greedy, event path, partitions, simulator baselines) reads, so none starts a job
+        on a type too small for it; empty when no declared type is large enough (the job is
+        queued for ``gpu_memory``). A running job keeps its own type (the host runs it there)."""
+        declared = tuple(job.gpu_types) if job.gpu_types is not None else self.type_names
+        mem = job.memory_gib
+        if mem is None or mem <= self._smallest_memory + MEMORY_EPS:
+            return declared
+        own = self.job_type(job) if job.state == "running" else None
+        return tuple(t for t in declared if t == own or self.memory_fits(job, t))
 
     @functools.cached_property
     def _cluster_gpus(self) -> tuple[GpuKey, ...]:

@@ -64,6 +64,9 @@ class QueueReason(StrEnum):
     PREEMPTION_CAP = "preemption_cap"
     """A best-effort job of a tenant whose guaranteed jobs wait on preemptions its
     ``max_gpus_per_epoch`` spreads over epochs: it would be one of their next victims."""
+    GPU_MEMORY = "gpu_memory"
+    """Its stated ``memory_gib`` per GPU exceeds the memory of every GPU type it allows: it can
+    never start here."""
 
 
 Binding = Literal[
@@ -83,6 +86,7 @@ Binding = Literal[
     "interference",
     "reservation",
     "preemption_cap",
+    "gpu_memory",
 ]
 """The constraint an explanation names (see "Explanations" in ``docs/snapshot-format.md``)."""
 

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from optsched.engine.check import check_decision
-from optsched.engine.state import ClusterState
+from optsched.engine.state import MEMORY_EPS, ClusterState
 from optsched.schema.snapshot import (
     GpuRef,
     GpuType,
@@ -349,8 +349,12 @@ class Simulator:
         caps = trace.capacity()
         self._unplaceable: set[int] = set()
         for sj in self.jobs:
-            allowed = sj.spec.gpu_types or tuple(caps)
-            if sj.gpus > max(caps.get(t, 0) for t in allowed):
+            mem = sj.spec.memory_gib  # a type with less memory per GPU never runs it (the engine's rule)
+            allowed = tuple(
+                t for t in sj.spec.gpu_types or tuple(caps)
+                if mem is None or t not in self._types or mem <= self._types[t].memory_gib + MEMORY_EPS
+            )
+            if not allowed or sj.gpus > max(caps.get(t, 0) for t in allowed):
                 self._unplaceable.add(sj.i)
         if self._unplaceable:
             self.log.notes.append(f"{len(self._unplaceable)} job(s) larger than the cluster")
