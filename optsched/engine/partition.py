@@ -381,7 +381,7 @@ def load_predictor(ref: PredictorRef) -> Predictor | None:
 
 def setup_worker(ref: PredictorRef, warm: Snapshot | None = None, params: SolveParams | None = None,
                  solve: SolveFn | None = None) -> None:
-    """A part worker's setup (outside the parts' clocks): load the predictor, and solve
+    """A part worker's setup (inside the parts' deadline): load the predictor, and solve
     ``warm`` (a part without jobs) once so every import and first call of the pipeline is done
     (the default predictor, ``None``, is loaded by that first call)."""
     key = (ref.kind, ref.models_dir, ref.sources, params.backend if params is not None else None)
