@@ -82,12 +82,10 @@ class Failure:
 
 
 def ray_ready() -> bool:
-    """Whether Ray is importable and initialised in this process."""
-    try:
-        import ray
-    except ImportError:
-        return False
-    return bool(ray.is_initialized())
+    """Whether Ray is imported and initialised in this process (never imports it: that alone
+    costs most of a second, inside the caller's time limit)."""
+    ray = sys.modules.get("ray")
+    return ray is not None and bool(ray.is_initialized())
 
 
 def init_ray(address: str | None) -> None:
