@@ -25,6 +25,12 @@ retried. The clock of a task starts when it is handed to a worker that has finis
 start and its ``setup`` (a worker's start and setup are bounded by ``setup_timeout_s``); on
 Ray a task may also wait for a CPU and set up its worker, so it is cut off only after
 ``timeout_s + setup_timeout_s`` from its submission; in this process nothing can be cut off.
+``deadline`` (on ``time.monotonic``'s clock) bounds the whole call instead, start and setup
+included: every task without an answer by then is a :class:`Failure` with ``timed_out`` (a
+task still queued, or whose worker is still starting, as one that is running; in this process
+a task is not started after the deadline and one that ends after it is reported late). A
+running task's worker is killed; a worker still starting or setting up is kept for the next
+call (the setup goes on), so a process that calls again (the service) gets ready workers.
 Results come back as a dict in the order of the input, with the failures beside them.
 """
 
@@ -35,6 +41,7 @@ import concurrent.futures
 import contextlib
 import ctypes
 import json
+import math
 import os
 import pickle
 import queue
@@ -75,12 +82,10 @@ class Failure:
 
 
 def ray_ready() -> bool:
-    """Whether Ray is importable and initialised in this process."""
-    try:
-        import ray
-    except ImportError:
-        return False
-    return bool(ray.is_initialized())
+    """Whether Ray is imported and initialised in this process (never imports it: that alone
+    costs most of a second, inside the caller's time limit)."""
+    ray = sys.modules.get("ray")
+    return ray is not None and bool(ray.is_initialized())
 
 
 def init_ray(address: str | None) -> None:
@@ -127,12 +132,14 @@ def run(
     ray_address: str | None = None,
     on_done: Callable[[Any, Any], None] | None = None,
     on_fail: Callable[[Any, str], None] | None = None,
+    deadline: float | None = None,
 ) -> tuple[dict[Any, Any], list[Failure]]:
     """Run ``fn(*args)`` for every ``(key, fn, args)``; return the results by key (ordered as
     the input) and the failures (see the module docstring). ``setup`` = ``(fn, args)`` runs
     once in every worker before its first task of this call (e.g. loading models), outside
-    the tasks' clocks; ``on_done(key, result)`` / ``on_fail(key, error)`` are called here, as
-    tasks finish."""
+    the tasks' clocks (not outside ``deadline``, the bound of the whole call on
+    ``time.monotonic``'s clock); ``on_done(key, result)`` / ``on_fail(key, error)`` are called
+    here, as tasks finish."""
     items = list(tasks)
     kind = resolve_mode(mode, len(items), workers, ray_address)
     results: dict[Any, Any] = {}
@@ -160,21 +167,31 @@ def run(
                 return results, failures
         for key, fn, args in items:
             for attempt in range(retries + 1):
+                if deadline is not None and time.monotonic() >= deadline:
+                    fail(Failure(key, LATE, timed_out=True))
+                    break
                 try:
                     value = fn(*args)
                 except Exception as exc:
                     if attempt == retries:
                         fail(Failure(key, _describe(exc), exception=exc))
                     continue
-                done(key, value)
+                if deadline is not None and time.monotonic() > deadline:
+                    fail(Failure(key, LATE, timed_out=True))
+                else:
+                    done(key, value)
                 break
     elif kind == "ray":
-        _run_ray(items, retries, timeout_s, setup, setup_timeout_s, ray_address, done, fail)
+        _run_ray(items, retries, timeout_s, setup, setup_timeout_s, ray_address, done, fail, deadline)
     else:
         n = default_workers(len(items)) if workers is None else max(1, min(workers, len(items)))
-        _run_processes(items, n, retries, timeout_s, setup, setup_timeout_s, done, fail)
+        _run_processes(items, n, retries, timeout_s, setup, setup_timeout_s, done, fail, deadline)
     order = {key: k for k, (key, _, _) in enumerate(items)}
     return dict(sorted(results.items(), key=lambda kv: order[kv[0]])), failures
+
+
+LATE = "TimeoutError: no answer by the call's deadline"
+"""The error of a task cut off by ``deadline``."""
 
 
 def _describe(exc: BaseException) -> str:
@@ -201,6 +218,7 @@ def _run_ray(
     ray_address: str | None,
     done: Callable[[Any, Any], None],
     fail: Callable[[Failure], None],
+    deadline: float | None = None,
 ) -> None:
     import ray
 
@@ -215,6 +233,8 @@ def _run_ray(
         if allowance is not None:
             first = min(t for _, t in pending.values())
             wait_s = max(0.0, first + allowance - time.monotonic())
+        if deadline is not None:
+            wait_s = max(0.0, min(deadline - time.monotonic(), wait_s if wait_s is not None else math.inf))
         ready, _ = ray.wait(list(pending), num_returns=1, timeout=wait_s)
         for ref in ready:
             key, _ = pending.pop(ref)
@@ -233,6 +253,11 @@ def _run_ray(
                     del pending[ref]
                     ray.cancel(ref, force=True)
                     fail(Failure(key, f"TimeoutError: no answer within {allowance:g} s", timed_out=True))
+        if deadline is not None and pending and time.monotonic() >= deadline:
+            for ref, (key, _) in list(pending.items()):
+                del pending[ref]
+                ray.cancel(ref, force=True)
+                fail(Failure(key, LATE, timed_out=True))
 
 
 # --------------------------------------------------------------------------- worker processes
@@ -300,6 +325,13 @@ class _Worker:
         self.outbox = Connection(to_w, readable=False)
         self.started = False
         self.setups: set[bytes] = set()
+        self.pending_setup: bytes | None = None
+        """The setup sent and not yet acknowledged (a worker kept while setting up)."""
+
+    @property
+    def ready(self) -> bool:
+        """Started, and no setup under way."""
+        return self.started and self.pending_setup is None
 
     def send(self, msg: Any) -> bool:
         try:
@@ -344,8 +376,10 @@ def _checkin(ws: list[_Worker]) -> None:
         for w in ws:
             if len(_IDLE) < KEEP_IDLE and w.proc.poll() is None:
                 _IDLE.append(w)
-            else:
+            elif w.ready:
                 w.close()
+            else:  # (busy starting: it would not read a request to exit)
+                w.kill()
 
 
 def shutdown() -> None:
@@ -354,7 +388,10 @@ def shutdown() -> None:
         ws = list(_IDLE)
         del _IDLE[:]
     for w in ws:
-        w.close()
+        if w.ready:
+            w.close()
+        else:  # still starting or setting up: it would not read a request to exit
+            w.kill()
 
 
 atexit.register(shutdown)
@@ -378,6 +415,7 @@ def _run_processes(
     setup_timeout_s: float,
     done: Callable[[Any, Any], None],
     fail: Callable[[Failure], None],
+    deadline: float | None = None,
 ) -> None:
     setup_key = pickle.dumps(setup) if setup is not None else b""
     todo: deque[tuple[int, int]] = deque((k, 0) for k in range(len(items)))
@@ -386,14 +424,15 @@ def _run_processes(
 
     def new_slot(worker: _Worker | None = None) -> None:
         w = worker or _Worker()
-        s = _Slot(w, "idle" if w.started else "start")
-        if not w.started:
+        s = _Slot(w, "idle" if w.ready else "start" if not w.started else "setup")
+        if not w.ready:
             s.deadline = time.monotonic() + setup_timeout_s
         slots.append(s)
 
     def to_setup_or_idle(s: _Slot) -> None:
         if setup is not None and setup_key not in s.worker.setups:
             s.phase, s.deadline = "setup", time.monotonic() + setup_timeout_s
+            s.worker.pending_setup = setup_key
             if not s.worker.send(("setup", setup[0], setup[1])):
                 drop(s, "worker died before its setup")
         else:
@@ -416,6 +455,7 @@ def _run_processes(
         else:
             last_error = why
 
+    kept: list[_Worker] = []  # starting or setting up at the deadline: for the next call
     try:
         for w in _checkout(n):
             new_slot(w)
@@ -425,6 +465,19 @@ def _run_processes(
             if s.phase == "idle":
                 to_setup_or_idle(s)
         while todo or any(s.phase == "busy" for s in slots):
+            if deadline is not None and time.monotonic() >= deadline:
+                for s in list(slots):
+                    if s.phase == "busy":
+                        fail(Failure(items[s.task][0], LATE, timed_out=True))
+                        s.worker.kill()
+                        slots.remove(s)
+                    elif s.phase in ("start", "setup"):
+                        kept.append(s.worker)
+                        slots.remove(s)
+                while todo:
+                    k, _ = todo.popleft()
+                    fail(Failure(items[k][0], LATE, timed_out=True))
+                break
             for s in slots:
                 if s.phase == "idle" and todo:
                     s.task, s.attempt = todo.popleft()
@@ -443,6 +496,8 @@ def _run_processes(
             if not busy:
                 continue
             deadlines = [s.deadline for s in busy if s.deadline is not None]
+            if deadline is not None:
+                deadlines.append(deadline)
             wait_s = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
             ready = wait([s.worker.inbox for s in busy], wait_s)
             for s in busy:
@@ -455,7 +510,7 @@ def _run_processes(
                             f"{type(exc).__name__}: reply could not be read: {exc}"
                         drop(s, f"RuntimeError: {why}" if s.phase == "busy" else why)
                         continue
-                    _handle(s, msg, items, retries, todo, done, fail, to_setup_or_idle, drop, setup_key)
+                    _handle(s, msg, items, retries, todo, done, fail, to_setup_or_idle, drop)
                 elif s.deadline is not None and time.monotonic() >= s.deadline:
                     if s.phase == "busy":
                         drop(s, f"TimeoutError: no answer within {timeout_s:g} s")
@@ -464,8 +519,10 @@ def _run_processes(
     except BaseException:
         for s in slots:
             s.worker.kill()
+        for w in kept:
+            w.kill()
         raise
-    _checkin([s.worker for s in slots if s.phase == "idle"])
+    _checkin([s.worker for s in slots if s.phase == "idle"] + kept)
     for s in slots:
         if s.phase != "idle":
             s.worker.kill()
@@ -481,7 +538,6 @@ def _handle(
     fail: Callable[[Failure], None],
     to_setup_or_idle: Callable[[_Slot], None],
     drop: Callable[[_Slot, str], None],
-    setup_key: bytes,
 ) -> None:
     kind = msg[0]
     if s.phase == "start":
@@ -489,8 +545,10 @@ def _handle(
         to_setup_or_idle(s)
     elif s.phase == "setup":
         if kind == "ok":
-            s.worker.setups.add(setup_key)
-            s.phase, s.deadline = "idle", None
+            if s.worker.pending_setup is not None:  # (maybe an earlier call's: then ours next)
+                s.worker.setups.add(s.worker.pending_setup)
+            s.worker.pending_setup = None
+            to_setup_or_idle(s)
         else:
             drop(s, f"worker setup failed: {msg[1]}")
     elif s.phase == "busy":

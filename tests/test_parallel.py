@@ -1,11 +1,12 @@
 """The one executor (``optsched.parallel``) and what it promises a host: results in input
 order, retries, per-task cut-offs, workers that die with their parent; and a partitioned epoch
-whose part overruns its share is answered by that part's labelled greedy plan."""
+whose part the wall clock cuts off is answered, every part, by its greedy plan with one label."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,6 +20,7 @@ import pytest
 from optsched import parallel, solve_epoch
 from optsched.engine import partition as P
 from optsched.engine.backends.base import SolveParams
+from optsched.engine.budget import PART_WALL_CLOCK_FALLBACK, WALL_CLOCK_FALLBACK
 from optsched.engine.state import ClusterState, parse_snapshot
 from optsched.instances import generate
 from optsched.schema.decision import Decision
@@ -177,26 +179,84 @@ def slow_first_part(part: Any, **kw: Any) -> Decision:
     return solve_epoch(part, **kw)
 
 
-def test_a_part_past_its_share_is_cut_off_and_answered_by_its_greedy_plan() -> None:
+def _comparable(d: Decision) -> dict[str, Any]:
+    """A decision without its timings (``seconds``, ``stage_seconds``, the parts' times in the
+    notes)."""
+    out = d.model_dump(mode="json")
+    out["solver"].pop("seconds")
+    out["solver"].pop("stage_seconds")
+    out["solver"]["notes"] = [re.sub(r"[0-9.]+ s \([0-9.]+ s CPU\)", "T", n) for n in out["solver"]["notes"]]
+    return out
+
+
+def _slow_fleet() -> tuple[ClusterState, int]:
     data = generate("fleet", seed=5, gpus=400)
     first = data["nodes"][0]["id"]
     text = json.dumps(data).replace(json.dumps(first), json.dumps(SLOW_NODE))
     st = ClusterState.from_snapshot(parse_snapshot(text))
-    params = SolveParams(backend="highs", time_limit_s=4.0)
-    sp = P.split(st, 2, seed=params.seed)
-    slow = next(p for p, part in enumerate(sp.parts) if any(n.id == SLOW_NODE for n in part.nodes))
-    t0 = time.monotonic()
-    d = P.solve_partitioned(st, params, 2, solve=slow_first_part, executor="process")
-    assert time.monotonic() - t0 < 250  # it did not wait for the sleeping part
+    sp = P.split(st, 2, seed=0)
+    return st, next(p for p, part in enumerate(sp.parts) if any(n.id == SLOW_NODE for n in part.nodes))
+
+
+def _assert_all_greedy(st: ClusterState, d: Decision) -> None:
     assert_decision_valid(st, d)
     assert d.status == "fallback"
-    cut = (f"part {slow} did not answer within 3.200 s (its share of the time limit) and was cut off; "
-           "its greedy plan was used")
-    assert d.solver.fallback_reason == cut
-    assert f"partitions: {cut}" in d.solver.notes
-    assert any(n.startswith(f"part {slow}: ") and "fallback (greedy)" in n for n in d.solver.notes)
-    other = 1 - slow
-    assert not any(n.startswith(f"part {other}: ") and "fallback" in n for n in d.solver.notes)
+    assert d.solver.backend == "partitioned:greedy"
+    assert d.solver.fallback_reason == PART_WALL_CLOCK_FALLBACK
+    assert PART_WALL_CLOCK_FALLBACK in d.solver.notes
+    assert [n.split(",")[2].strip() for n in d.solver.notes[1:3]] == ["fallback (greedy)"] * 2
+    assert not any(n.startswith("partitions: part ") for n in d.solver.notes)  # no part named
+
+
+def test_one_part_past_the_deadline_makes_every_part_greedy_with_one_label() -> None:
+    st, _ = _slow_fleet()
+    params = SolveParams(backend="highs", time_limit_s=4.0)
+    t0 = time.monotonic()
+    one_late = P.solve_partitioned(st, params, 2, solve=slow_first_part, executor="process")
+    assert time.monotonic() - t0 < 250  # it did not wait for the sleeping part
+    _assert_all_greedy(st, one_late)
+    # the deadline already past: no part is even started, both are late; the same decision
+    all_late = P.solve_partitioned(st, params, 2, solve=slow_first_part, executor="serial",
+                                   t0=time.monotonic() - 100)
+    _assert_all_greedy(st, all_late)
+    assert _comparable(all_late) == _comparable(one_late)
+
+
+def _net_fires_in_slow_part(part: Any, **kw: Any) -> Decision:
+    """The pipeline, except that the solver of the part holding the first node is stopped by
+    its own wall-clock net (what a loaded machine does), i.e. it answers its greedy plan
+    labelled ``WALL_CLOCK_FALLBACK``."""
+    if any(n.id == SLOW_NODE for n in part.nodes) and kw["params"].backend != "greedy":
+        d = solve_epoch(part, **{**kw, "params": kw["params"].with_(backend="greedy")})
+        info = d.solver.model_copy(update={"fallback_reason": WALL_CLOCK_FALLBACK})
+        return d.model_copy(update={"solver": info})
+    return solve_epoch(part, **kw)
+
+
+def test_a_part_stopped_by_its_own_wall_clock_net_makes_every_part_greedy() -> None:
+    st, _ = _slow_fleet()
+    params = SolveParams(backend="highs", time_limit_s=4.0)
+    net = P.solve_partitioned(st, params, 2, solve=_net_fires_in_slow_part, executor="serial")
+    _assert_all_greedy(st, net)
+    late = P.solve_partitioned(st, params, 2, solve=solve_epoch, executor="serial", t0=time.monotonic() - 100)
+    assert _comparable(late) == _comparable(net)
+    # in time, with the deterministic work budget: the exact merged decision, unlabelled
+    exact = P.solve_partitioned(st, params, 2, solve=solve_epoch, executor="serial")
+    assert_decision_valid(st, exact)
+    assert exact.status == "feasible" and exact.solver.fallback_reason is None
+    assert exact.solver.backend == "partitioned:highs"
+
+
+def test_tasks_past_the_deadline_are_cut_off_and_starting_workers_kept() -> None:
+    tasks = [(k, _square, (k,)) for k in range(3)]
+    for mode in ("serial", "process"):
+        results, failures = parallel.run(tasks, mode=mode, workers=2, deadline=time.monotonic() - 1)
+        assert results == {}
+        got = [(f.key, f.timed_out, f.error) for f in failures]
+        assert got == [(k, True, parallel.LATE) for k in range(3)]
+    # the workers still starting at the deadline were kept, and answer the next call
+    results, failures = parallel.run(tasks, mode="process", workers=2)
+    assert results == {0: 0, 1: 1, 2: 4} and failures == []
 
 
 def _exact_fails(part: Any, **kw: Any) -> Decision:

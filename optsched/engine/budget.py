@@ -49,8 +49,18 @@ PART_SHARE = 0.7
 """Share of the time limit each part of a partitioned epoch gets (parts run in parallel; the
 split and the merge use the rest)."""
 PART_GRACE = 0.1
-"""A part's answer may come this share of the call's limit after its own share (the transfer
-back); a part that has not answered by then is cut off and answered by the greedy plan."""
+"""The parts' deadline is ``PART_SHARE + PART_GRACE`` of the call's limit from the start of the
+call (:attr:`Budget.part_deadline`), worker start and setup included: a part that has not
+answered by then is cut off, and then every part is answered by its greedy plan
+(:data:`PART_WALL_CLOCK_FALLBACK`)."""
+PART_WALL_CLOCK_FALLBACK = (
+    "partitions: the wall clock cut off a part (its worker not ready, or no answer by the "
+    "parts' deadline: a loaded machine, or a worker's start); every part answered by its greedy plan"
+)
+"""The one label of a partitioned decision whose parts the wall clock cut off (a part not
+answered by the parts' deadline, or a part's solver stopped by its own wall-clock net): every
+part is then answered by its greedy plan, so the decision is the same however many parts
+were late."""
 WALL_SAFETY = 1.5
 """A backend called without ``work_s`` (outside :func:`~optsched.solve_epoch`) takes the
 wall-clock limit divided by this as its work budget."""
@@ -121,6 +131,11 @@ class Budget:
     def part_limit_s(self) -> float:
         """The time limit of each part of a partitioned epoch."""
         return PART_SHARE * self.limit_s
+
+    @property
+    def part_deadline(self) -> float:
+        """When every part of a partitioned epoch must have answered (``time.monotonic``)."""
+        return self.t0 + (PART_SHARE + PART_GRACE) * self.limit_s
 
     # --- the wall clock (safety nets) ---------------------------------------------------------
 

@@ -206,7 +206,8 @@ def _solve_epoch(
         try:
             # a given predictor goes to every part; else each worker loads the default once
             d = solve_partitioned(
-                state, params, parts, solve=solve_epoch, executor=executor, predictor=given  # type: ignore[arg-type]
+                state, params, parts, solve=solve_epoch, executor=executor, predictor=given,  # type: ignore[arg-type]
+                t0=t0,
             )
         except MergeRejected as exc:
             split_note = f"partitions: the merged decision failed the checker ({exc}); solved as one model"

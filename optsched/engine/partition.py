@@ -18,8 +18,12 @@ The design (``docs/partitioning.md`` says why each step keeps the guarantees exa
    home part has none); a gang that no part can hold is left for the coordination step.
 5. **Solve the parts** with the ordinary pipeline (``solve_epoch`` on each part's snapshot)
    through :func:`optsched.parallel.run`: on Ray tasks when Ray is initialised, else in fresh
-   worker interpreters (never a fork), or one after the other; a part that fails or overruns
-   its share is answered by its greedy plan, labelled ``fallback``.
+   worker interpreters (never a fork), or one after the other; a part that fails is answered
+   by its greedy plan, labelled ``fallback``. Every part must answer by the parts' deadline
+   (``PART_SHARE + PART_GRACE`` of the limit from the call's start, worker start included);
+   when the wall clock cuts off any part, every part is answered by its greedy plan with one
+   label (:data:`~optsched.engine.budget.PART_WALL_CLOCK_FALLBACK`), so the decision does not
+   depend on how many parts were late.
 6. **Coordinate.** The parts' starts and preemptions are merged; then, on the whole fleet, the
    queued jobs (oldest guaranteed first) are placed on the GPUs left free, inside their tenant's
    *global* idle quota or on loan from the *global* idle quota of the others; ``on_loan`` flags
@@ -39,6 +43,7 @@ so the decision carries no bound; ``solver.notes`` lists every part's size, stat
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 import zlib
@@ -48,7 +53,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from optsched.engine import assurance as asr
-from optsched.engine.budget import PART_GRACE, PART_SHARE, Budget
+from optsched.engine.budget import (
+    PART_GRACE,
+    PART_SHARE,
+    PART_WALL_CLOCK_FALLBACK,
+    WALL_CLOCK_FALLBACK,
+    Budget,
+)
 from optsched.engine.candidates import cap_starved, protected, starved_types, victim_slack
 from optsched.engine.check import over_quota_note
 from optsched.engine.decide import explain_decision, kept_over_quota
@@ -70,6 +81,8 @@ if TYPE_CHECKING:
     from optsched.engine.backends.base import SolveParams
     from optsched.engine.problem import EpochProblem
     from optsched.predict.base import Predictor
+
+log = logging.getLogger("optsched")
 
 Executor = Literal["auto", "ray", "process", "serial"]
 AUTO_GPUS_PER_PART = 10_000
@@ -369,7 +382,7 @@ def load_predictor(ref: PredictorRef) -> Predictor | None:
 
 def setup_worker(ref: PredictorRef, warm: Snapshot | None = None, params: SolveParams | None = None,
                  solve: SolveFn | None = None) -> None:
-    """A part worker's setup (outside the parts' clocks): load the predictor, and solve
+    """A part worker's setup (inside the parts' deadline): load the predictor, and solve
     ``warm`` (a part without jobs) once so every import and first call of the pipeline is done
     (the default predictor, ``None``, is loaded by that first call)."""
     key = (ref.kind, ref.models_dir, ref.sources, params.backend if params is not None else None)
@@ -411,33 +424,45 @@ def run_parts(
     predictor: Predictor | None = None,
     *,
     limit_s: float | None = None,
+    deadline: float | None = None,
 ) -> list[PartResult]:
     """Solve every part with ``solve``, in part order, through :func:`optsched.parallel.run`:
     on Ray (``ray``, or ``auto`` when Ray is initialised), in worker processes (``process``, or
     ``auto`` without Ray), or here (``serial``). Only plain data crosses to a worker: the part's
     snapshot, the parameters, the signal and a :class:`PredictorRef` (models load in the
-    worker). A part that fails, or that has not answered ``PART_GRACE`` x ``limit_s`` (the
-    call's limit; default ``params.time_limit_s / PART_SHARE``) after its own limit, is cut off
-    and answered here by the greedy plan, labelled ``fallback`` with the reason."""
+    worker). Every part must have answered by ``deadline`` (``time.monotonic``; default
+    ``PART_GRACE`` x ``limit_s`` after the parts' own limit from now; ``limit_s``, the call's
+    limit, defaults to ``params.time_limit_s / PART_SHARE``), its worker's start and setup
+    included. When the wall clock cuts off any part (not answered by then, or its solver stopped
+    by its own wall-clock net), **every** part is answered here by its greedy plan, labelled
+    :data:`PART_WALL_CLOCK_FALLBACK`: the decision is then the same however many parts were
+    late. A part that fails otherwise is answered by its greedy plan, labelled with the error."""
     from optsched import parallel
 
     mode = parallel.resolve_mode(executor, len(parts))
     ref = predictor_ref(predictor, crosses=mode != "serial")
     whole = params.time_limit_s / PART_SHARE if limit_s is None else limit_s
-    timeout = params.time_limit_s + PART_GRACE * whole
+    t0 = time.monotonic()
+    if deadline is None:
+        deadline = t0 + params.time_limit_s + PART_GRACE * whole
     tasks = [(p, solve_part, (part, params, signal, solve, ref)) for p, part in enumerate(parts)]
     warm = parts[0].model_copy(update={"nodes": parts[0].nodes[:1], "jobs": []}) if parts else None
     setup = (setup_worker, (ref, warm, params, solve)) if mode != "serial" else None
-    done, failures = parallel.run(tasks, mode=mode, timeout_s=timeout, setup=setup)
+    done, failures = parallel.run(tasks, mode=mode, setup=setup, deadline=deadline)
+    late = sorted(
+        [f.key for f in failures if f.timed_out]
+        + [p for p, r in done.items() if r.decision.solver.fallback_reason == WALL_CLOCK_FALLBACK]
+    )
+    if late:
+        log.info("partitions: part(s) %s cut off by the wall clock; every part greedy", late)
+        waited = time.monotonic() - t0
+        return [
+            _greedy_part(part, params, signal, solve, predictor, PART_WALL_CLOCK_FALLBACK, waited)
+            for part in parts
+        ]
     for f in failures:
-        why = (
-            f"part {f.key} did not answer within {timeout:.3f} s (its share of the time limit) "
-            "and was cut off"
-            if f.timed_out
-            else f"part {f.key} failed ({f.error})"
-        )
-        waited = timeout if f.timed_out else 0.0
-        done[f.key] = _greedy_part(parts[f.key], params, signal, solve, predictor, why, waited)
+        why = f"part {f.key} failed ({f.error}); its greedy plan was used"
+        done[f.key] = _greedy_part(parts[f.key], params, signal, solve, predictor, why, 0.0)
     return [done[p] for p in range(len(parts))]
 
 
@@ -447,16 +472,14 @@ def _greedy_part(
     signal: dict[str, asr.TenantAssurance] | None,
     solve: SolveFn,
     predictor: Predictor | None,
-    why: str,
+    reason: str,
     waited: float,
 ) -> PartResult:
-    """The greedy plan of a part that did not answer, labelled ``fallback`` with ``why``."""
+    """The greedy plan of a part, computed here, labelled ``fallback`` with ``reason``."""
     r = solve_part(part, params.with_(backend="greedy"), signal, solve, predictor)
-    reason = f"{why}; its greedy plan was used"
     d = r.decision
-    info = d.solver.model_copy(
-        update={"fallback_reason": reason, "notes": [*d.solver.notes, f"partitions: {reason}"]}
-    )
+    note = reason if reason.startswith("partitions:") else f"partitions: {reason}"
+    info = d.solver.model_copy(update={"fallback_reason": reason, "notes": [*d.solver.notes, note]})
     d = d.model_copy(update={"status": "fallback", "solver": info})
     return PartResult(d, waited + r.seconds, r.jobs, r.gpus, r.cpu_seconds)
 
@@ -1031,16 +1054,19 @@ def solve_partitioned(
     executor: Executor = "auto",
     predictor: Predictor | None = None,
     on_stage: Callable[[str, float], None] | None = None,
+    t0: float | None = None,
 ) -> Decision:
     """Split, solve the parts with ``solve`` (:func:`optsched.engine.epoch.solve_epoch`), merge,
     explain and check (see the module docstring). ``stage_seconds`` gets ``split`` (with the
     fleet's assurance), ``part_max``, ``merge``, ``explain`` and ``check``, their ``*_cpu``
-    twins, and every part's seconds. Raises :class:`MergeRejected` when the merged decision
-    fails the checker (the caller falls back)."""
+    twins, and every part's seconds. ``t0`` (``time.monotonic``, default now) is when the call
+    started: the parts' deadline is ``Budget.part_deadline`` from it. Raises
+    :class:`MergeRejected` when the merged decision fails the checker (the caller falls back)."""
     from optsched.engine.check import check_decision
 
     stage: dict[str, float] = {}
-    part_params = params.with_(time_limit_s=Budget(params.time_limit_s).part_limit_s)
+    budget = Budget(params.time_limit_s, t0=time.monotonic() if t0 is None else t0)
+    part_params = params.with_(time_limit_s=budget.part_limit_s)
     t, c = time.monotonic(), time.process_time()
     sp = split(state, k, seed=params.seed)
     signal = asr.compute(state)  # the fleet's assurance, for every part and the merge
@@ -1048,7 +1074,8 @@ def solve_partitioned(
     stage["split_cpu"] = time.process_time() - c
     t = time.monotonic()
     results = run_parts(
-        sp.parts, part_params, executor, signal, solve, predictor, limit_s=params.time_limit_s
+        sp.parts, part_params, executor, signal, solve, predictor, limit_s=params.time_limit_s,
+        deadline=budget.part_deadline,
     )
     stage["parts_wall"] = time.monotonic() - t
     stage["part_max"] = max(r.seconds for r in results)
