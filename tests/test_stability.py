@@ -64,6 +64,10 @@ from optsched.testing import assert_decision_valid
 
 EPOCHS = 100
 SETTLE = 2
+OBSERVED = 10
+"""Epochs observed with nothing moving after the last documented reason to move."""
+EXTRA = 30
+"""Epochs a run may go on past ``epochs`` to observe that long."""
 PREDICTOR = EstimatePredictor()
 
 
@@ -208,7 +212,11 @@ def run_epochs(snap: Snapshot, params: SolveParams, epochs: int = EPOCHS, node_l
     last_loss = -1
     stopped_by_loss: dict[int, set[str]] = {}  # epoch -> jobs its decision stopped on lost nodes
     flips: list[str] = []
-    for e in range(epochs):
+    e = -1
+    # at least OBSERVED epochs after the last documented reason to move (a minimum runtime that
+    # runs out late extends the run, up to EXTRA epochs, rather than shortening the observation)
+    while e + 1 < epochs or (e + 1 < epochs + EXTRA and e + 1 < settled_from + OBSERVED):
+        e += 1
         event = NODE_EVENTS.get(e) if node_loss else None
         if event is not None:
             down: set[str] = set()
@@ -273,7 +281,7 @@ def run_epochs(snap: Snapshot, params: SolveParams, epochs: int = EPOCHS, node_l
             started_at[s.job] = e
         snap = apply_decision(state.snapshot, d)
     assert not flips, "flip-flops:\n" + "\n".join(flips[:10])
-    assert settled_from <= epochs - 10, f"still settling at epoch {settled_from}"
+    assert settled_from + OBSERVED <= e + 1, f"still settling at epoch {settled_from} of {e + 1}"
     return flips
 
 
