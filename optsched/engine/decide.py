@@ -16,11 +16,11 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from optsched.engine import assurance as asr
-from optsched.engine.candidates import cap_starved, starved_types
 from optsched.engine.check import over_quota_note
 from optsched.engine.ledger import Placer, derive_loans, free_gpus, kept_over_quota
 from optsched.engine.problem import Assignment, EpochProblem
 from optsched.engine.quota_tree import group_flows
+from optsched.engine.rules import cap_starved, starved_types
 from optsched.engine.state import MEMORY_EPS, ClusterState, GpuKey
 from optsched.predict.base import Predictions
 from optsched.schema.decision import (
@@ -596,7 +596,7 @@ def explain_decision(
     :func:`optsched.engine.candidates.build_problem`: a guest whose host's tenant accepts no
     slowdown), and jobs are ranked by ``rank`` (default: guaranteed first, then oldest, then
     id); best-effort jobs that may run only on types a tenant starved by its preemption cap
-    waits for (:func:`optsched.engine.candidates.starved_types`) get binding
+    waits for (:func:`optsched.engine.rules.starved_types`) get binding
     ``preemption_cap``, as in one model. Linear in the jobs and the decision's GPUs."""
     stopped = {x.job for x in decision.preempt}
     size = {rz.job: rz.to_gpus for rz in decision.resize}

@@ -42,10 +42,10 @@ from collections import defaultdict
 from typing import Any
 
 from optsched.engine import assurance as asr
-from optsched.engine.candidates import cap_starved, starved_types
 from optsched.engine.check import check_decision, over_quota_note
 from optsched.engine.ledger import Placer, derive_loans, kept_over_quota
 from optsched.engine.objective import ObjectiveWeights
+from optsched.engine.rules import cap_starved, starved_types
 from optsched.engine.state import ClusterState
 from optsched.errors import OptschedError
 from optsched.predict.base import Predictor

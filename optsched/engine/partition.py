@@ -60,11 +60,11 @@ from optsched.engine.budget import (
     WALL_CLOCK_FALLBACK,
     Budget,
 )
-from optsched.engine.candidates import cap_starved, protected, starved_types, victim_slack
 from optsched.engine.check import over_quota_note
 from optsched.engine.decide import explain_decision
 from optsched.engine.ledger import derive_loans, kept_over_quota
 from optsched.engine.node_loss import lend_limits_after_node_loss
+from optsched.engine.rules import cap_starved, protected, starved_types, victim_slack
 from optsched.engine.state import ClusterState
 from optsched.schema.decision import (
     Decision,
@@ -784,7 +784,7 @@ def merge_plan(
     # fill: queued jobs on the leftover capacity, global quota and loans; a guaranteed job of a
     # tenant whose assurance asks for reclaim may undo starts and stop jobs anywhere in the fleet
     # best-effort jobs keep off the types cap-starved tenants' guaranteed jobs wait for
-    # (candidates.starved_types, invariant 8)
+    # (rules.starved_types, invariant 8)
     off = set(starved_types(state, cap_starved(state)))
     queued = [j for j in state.pending() if j.id not in started_ids]
     queued.sort(key=_queue_key)
