@@ -7,7 +7,7 @@ from collections import defaultdict
 
 import pytest
 
-from optsched.engine.decide import _Placer
+from optsched.engine.ledger import Placer
 from optsched.schema.snapshot import GpuRef
 
 
@@ -51,7 +51,7 @@ def test_placer_matches_place(seed: int) -> None:
     rng = random.Random(seed)
     free, nodes_by_type = _cluster(rng)
     ref_free = defaultdict(list, {n: list(g) for n, g in free.items()})
-    placer = _Placer(free, nodes_by_type)
+    placer = Placer(free, nodes_by_type)
     for _ in range(200):
         t = rng.choice(["A100", "V100", "H100"])
         gpus = rng.choice([1, 1, 2, 3, 4, 8, 12])

@@ -349,7 +349,7 @@ def rationed() -> dict[str, Any]:
 
 @pytest.mark.parametrize("engine", BACKENDS)
 def test_cap_starved_tenant_holds_its_best_effort_starts(engine: str) -> None:
-    from optsched.engine.candidates import cap_starved
+    from optsched.engine.rules import cap_starved
 
     snap = rationed()
     starved = cap_starved(load_state(snap))
@@ -382,8 +382,8 @@ def test_cap_starved_tenant_holds_its_best_effort_starts(engine: str) -> None:
 
 
 def test_the_checker_exempts_only_cap_starved_tenants() -> None:
-    from optsched.engine.candidates import cap_starved
     from optsched.engine.check import check_work_conservation
+    from optsched.engine.rules import cap_starved
     from optsched.schema.decision import SolverInfo
 
     # a decision that starts nothing: 3 GPUs free, 3 of a's quota idle
@@ -406,8 +406,8 @@ def test_the_checker_exempts_only_cap_starved_tenants() -> None:
 def test_engine_and_checker_agree_on_who_is_cap_starved(seed: int) -> None:
     import random
 
-    from optsched.engine.candidates import cap_starved
     from optsched.engine.check import _cap_starved
+    from optsched.engine.rules import cap_starved
     from optsched.instances import generate
 
     rng = random.Random(seed)

@@ -28,7 +28,7 @@ from optsched.cli import main
 from optsched.engine import assurance as asr
 from optsched.engine.backends.base import SolveParams
 from optsched.engine.check import check_decision
-from optsched.engine.decide import derive_loans
+from optsched.engine.ledger import derive_loans
 from optsched.engine.quota_tree import LoanMatcher, group_flows
 from optsched.engine.state import ClusterState, load_state, parse_snapshot
 from optsched.errors import SnapshotError

@@ -52,9 +52,9 @@ from optsched.engine import assurance as asr
 from optsched.engine.apply import apply_decision
 from optsched.engine.backends.base import SolveParams
 from optsched.engine.budget import WALL_SAFETY
-from optsched.engine.candidates import protected
 from optsched.engine.epoch import solve_epoch
 from optsched.engine.quota_tree import LoanMatcher
+from optsched.engine.rules import protected
 from optsched.engine.state import ClusterState, parse_snapshot
 from optsched.instances import generate
 from optsched.predict.fallback import EstimatePredictor

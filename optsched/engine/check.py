@@ -58,7 +58,6 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from optsched.engine.lookahead import remaining_s
 from optsched.engine.quota_tree import group_flows
 from optsched.engine.state import ClusterState, GpuKey
 from optsched.engine.violations import INVARIANT_NAMES, Violation
@@ -1039,15 +1038,26 @@ def _free_after(state: ClusterState, after: _After) -> dict[str, int]:
     return {t: cap[t] - held[t] for t in state.type_names}
 
 
+_MIN_REMAINING_S = 60.0
+"""The checker's own floor of a predicted remaining runtime (the look-ahead's rule, restated)."""
+
+
+def _remaining_s(runtime_s: float, now: float, start_s: float | None) -> float:
+    """Predicted seconds until a job ends: its predicted runtime less the time it has run, at
+    least :data:`_MIN_REMAINING_S` (a pending job's is its predicted runtime)."""
+    elapsed = 0.0 if start_s is None else max(0.0, now - start_s)
+    return max(_MIN_REMAINING_S, runtime_s - elapsed)
+
+
 def _predicted_end(state: ClusterState, decision: Decision, jid: str, started: bool) -> float | None:
-    """``now`` plus the job's predicted remaining runtime (:func:`remaining_s`) from the
+    """``now`` plus the job's predicted remaining runtime (:func:`_remaining_s`) from the
     decision's own ``predictions``; None when it has none for the job."""
     pred = (decision.predictions or {}).get(jid)
     if pred is None:
         return None
     job = state.job(jid)
     now = state.snapshot.now
-    return now + remaining_s(pred.runtime_s, now, None if started else job.start_s)
+    return now + _remaining_s(pred.runtime_s, now, None if started else job.start_s)
 
 
 def check_reservations(state: ClusterState, decision: Decision, after: _After) -> list[Violation]:
@@ -1055,7 +1065,7 @@ def check_reservations(state: ClusterState, decision: Decision, after: _After) -
 
     A reservation names a queued job once, one of its allowed types with capacity for it, its
     gang size, a start after ``now``, and ``held`` at most its gang minus the GPUs of the kept
-    running jobs of the type predicted (``decision.predictions``, :func:`remaining_s`) to end by
+    running jobs of the type predicted (``decision.predictions``, :func:`_remaining_s`) to end by
     its start. Per type, the free GPUs after the decision plus the GPUs of jobs started now that
     are predicted to end by the reservation's start are at least the GPUs held: no start that
     outlives a reservation uses its held GPUs.

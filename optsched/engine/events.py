@@ -42,10 +42,10 @@ from collections import defaultdict
 from typing import Any
 
 from optsched.engine import assurance as asr
-from optsched.engine.candidates import cap_starved, starved_types
 from optsched.engine.check import check_decision, over_quota_note
-from optsched.engine.decide import _Placer, derive_loans, kept_over_quota
+from optsched.engine.ledger import Placer, derive_loans, kept_over_quota
 from optsched.engine.objective import ObjectiveWeights
+from optsched.engine.rules import cap_starved, starved_types
 from optsched.engine.state import ClusterState
 from optsched.errors import OptschedError
 from optsched.predict.base import Predictor
@@ -145,7 +145,7 @@ def decide_event(state: ClusterState, *, allow_loans: bool = True,
         free[node.id] = idle
         nodes_by_type[node.gpu_type].append(node.id)
         free_n[node.gpu_type] += len(idle)
-    placer = _Placer(free, nodes_by_type)
+    placer = Placer(free, nodes_by_type)
 
     use: dict[tuple[str, str], int] = defaultdict(int)
     own: dict[tuple[str, str], int] = defaultdict(int)

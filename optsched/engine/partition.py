@@ -60,15 +60,15 @@ from optsched.engine.budget import (
     WALL_CLOCK_FALLBACK,
     Budget,
 )
-from optsched.engine.candidates import cap_starved, protected, starved_types, victim_slack
 from optsched.engine.check import over_quota_note
-from optsched.engine.decide import explain_decision, kept_over_quota
+from optsched.engine.decide import explain_decision
+from optsched.engine.ledger import derive_loans, kept_over_quota
 from optsched.engine.node_loss import lend_limits_after_node_loss
+from optsched.engine.rules import cap_starved, protected, starved_types, victim_slack
 from optsched.engine.state import ClusterState
 from optsched.schema.decision import (
     Decision,
     JobPrediction,
-    Loan,
     Preempt,
     PreemptReason,
     QueueReason,
@@ -784,7 +784,7 @@ def merge_plan(
     # fill: queued jobs on the leftover capacity, global quota and loans; a guaranteed job of a
     # tenant whose assurance asks for reclaim may undo starts and stop jobs anywhere in the fleet
     # best-effort jobs keep off the types cap-starved tenants' guaranteed jobs wait for
-    # (candidates.starved_types, invariant 8)
+    # (rules.starved_types, invariant 8)
     off = set(starved_types(state, cap_starved(state)))
     queued = [j for j in state.pending() if j.id not in started_ids]
     queued.sort(key=_queue_key)
@@ -897,7 +897,8 @@ def merge_plan(
         for xs in by_key.values():
             xs.sort(key=lambda x: _queue_key(state.job(x.job)))
         while True:
-            loans, uncovered = _derive_loans(state, use, own_kept)
+            held = {k: n - quota[k] for k, n in own_kept.items() if n > quota[k]}
+            loans, uncovered = derive_loans(state, use, signal, held)
             undone = 0
             for key, gpus in uncovered.items():
                 xs = by_key.get(key, [])
@@ -995,51 +996,6 @@ def _relabel_loans(
             if out[i].on_loan != loan:
                 out[i] = out[i].model_copy(update={"on_loan": loan})
     return out
-
-
-def _derive_loans(
-    state: ClusterState, use: dict[tuple[str, str], int], own_kept: dict[tuple[str, str], int]
-) -> tuple[list[Loan], dict[tuple[str, str], int]]:
-    """Loans covering every tenant's use above quota from the others' idle quota (within lend
-    and borrow limits), in tenant order: first the use that must be covered (new use), then
-    what kept jobs not on loan already held above quota; what no lender covers is returned."""
-    loans: dict[tuple[str, str, str], int] = {}
-    uncovered: dict[tuple[str, str], int] = {}
-    ids = list(state.tenant_ids)
-    for t in state.type_names:
-        give: dict[str, int] = {}
-        for o in ids:
-            idle = state.quota(o, t) - use[(o, t)]
-            ll = state.lend_limit(o, t)
-            give[o] = max(0, idle if ll is None else min(idle, ll))
-        left: dict[str, int] = {}
-        room: dict[str, float] = {}
-        for ten in ids:
-            q = state.quota(ten, t)
-            left[ten] = use[(ten, t)] - q
-            bl = state.borrow_limit(ten, t)
-            room[ten] = math.inf if bl is None else bl
-        held = {ten: max(0, own_kept[(ten, t)] - state.quota(ten, t)) for ten in ids}
-        for must in (True, False):
-            for ten in ids:
-                want = left[ten] - held[ten] if must else left[ten]
-                want = int(min(want, room[ten]))
-                for o in ids:
-                    if want <= 0:
-                        break
-                    if o == ten or give[o] <= 0:
-                        continue
-                    n = min(want, give[o])
-                    give[o] -= n
-                    want -= n
-                    left[ten] -= n
-                    room[ten] -= n
-                    loans[(o, ten, t)] = loans.get((o, ten, t), 0) + n
-        for ten in ids:
-            if left[ten] > 0:
-                uncovered[(ten, t)] = left[ten]
-    out = [Loan(lender=o, borrower=b, gpu_type=t, gpus=n) for (o, b, t), n in loans.items()]
-    return out, uncovered
 
 
 # --------------------------------------------------------------------------- the whole call

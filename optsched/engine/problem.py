@@ -165,10 +165,10 @@ class EpochProblem:
     """The quota groups above the tenants (tenant indices are the problem's); empty: flat."""
     victim_slack: tuple[int, ...] = ()
     """Per type: the largest gang of a best-effort job running not on loan (no MPS guest, on an
-    available node) less one (:func:`~optsched.engine.candidates.victim_slack`): what a gang
+    available node) less one (:func:`~optsched.engine.rules.victim_slack`): what a gang
     stopped whole may free beyond the guaranteed in-quota starts it makes room for; empty: 0."""
     held_back: tuple[str, ...] = ()
-    """Best-effort pending jobs of cap-starved tenants (:func:`~optsched.engine.candidates.cap_starved`):
+    """Best-effort pending jobs of cap-starved tenants (:func:`~optsched.engine.rules.cap_starved`):
     not candidates this epoch, queued with reason ``preemption_cap``."""
 
     def slack_of(self, t: int) -> int:
