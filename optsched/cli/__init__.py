@@ -7,7 +7,7 @@ half-written.
 
 One module per command group, each with a ``register(app)``:
 
-* :mod:`optsched.cli.engine` — ``solve``, ``check``, ``schema``, ``generate``, ``show-versions``;
+* :mod:`optsched.cli.solve` — ``solve``, ``check``, ``schema``, ``generate``, ``show-versions``;
 * :mod:`optsched.cli.simulate` — ``simulate`` (the trace-driven cluster simulator);
 * :mod:`optsched.cli.predictors` — ``train`` and ``predictors evaluate``;
 * :mod:`optsched.cli.workflows` — ``workflows simulate|sweep-load|offline|calibrate``;
@@ -25,7 +25,7 @@ from typing import Annotated, Any
 
 import typer
 
-from optsched.cli import engine, openb, predictors, serve, simulate, slurm, workflows
+from optsched.cli import openb, predictors, serve, simulate, slurm, solve, workflows
 from optsched.cli.common import DEBUG
 from optsched.errors import BackendUnavailableError, OptschedError, SnapshotError
 
@@ -45,7 +45,7 @@ def _main(
     DEBUG["on"] = debug
 
 
-for _group in (engine, simulate, predictors, workflows, serve, slurm, openb):
+for _group in (solve, simulate, predictors, workflows, serve, slurm, openb):
     _group.register(app)
 
 

@@ -58,7 +58,7 @@ from optsched.schema.snapshot import (
     Tenant,
     TenantQos,
 )
-from optsched.sim.engine import EventQueue, Kind
+from optsched.sim.clock import EventQueue, Kind
 from optsched.sim.expected import ExpectedStarts
 from optsched.sim.profiles import Interference, ProfileKey
 from optsched.sim.synthetic import synthetic_interference

@@ -9,8 +9,8 @@ import pytest
 from optsched.engine.state import ClusterState
 from optsched.schema.decision import Decision, SolverInfo, Start
 from optsched.schema.snapshot import GpuRef, Snapshot
+from optsched.sim.clock import EventQueue, Kind
 from optsched.sim.cluster import SimConfig, SimulationError, Simulator
-from optsched.sim.engine import EventQueue, Kind
 from optsched.sim.metrics import summarize, utilization
 from optsched.sim.policies import make_policy
 from optsched.sim.synthetic import synthetic_interference, synthetic_profiles
