@@ -117,11 +117,37 @@ def pick_max(scores: IntArray) -> int:
     return int(np.argmax(scores))
 
 
-class _Scored:
-    """A node-scoring policy: ``score`` returns int scores of the feasible nodes."""
+class _PerPod:
+    """A policy that places each pod of the list on its own: ``choose`` picks among the feasible
+    nodes ``idx`` (``fits``: per node and GPU, where a share fits); a pod with none is left
+    unplaced."""
 
     name = ""
     batch = 1
+
+    def choose(
+        self,
+        state: ClusterState,
+        frag: FragTracker,
+        pod: Pod,
+        idx: IntArray,
+        fits: npt.NDArray[np.bool_] | None,
+        rng: np.random.Generator,
+    ) -> Choice:
+        raise NotImplementedError
+
+    def place(
+        self, state: ClusterState, frag: FragTracker, pods: list[Pod], rng: np.random.Generator
+    ) -> list[Choice | None]:
+        out: list[Choice | None] = []
+        for pod in pods:
+            idx, fits = feasible(state, pod)
+            out.append(self.choose(state, frag, pod, idx, fits, rng) if len(idx) else None)
+        return out
+
+
+class _Scored(_PerPod):
+    """A node-scoring policy: ``score`` returns int scores of the feasible nodes."""
 
     def score(
         self,
@@ -139,18 +165,17 @@ class _Scored:
     def pick(self, scores: IntArray, rng: np.random.Generator) -> int:
         return pick_max(scores)
 
-    def place(
-        self, state: ClusterState, frag: FragTracker, pods: list[Pod], rng: np.random.Generator
-    ) -> list[Choice | None]:
-        out: list[Choice | None] = []
-        for pod in pods:
-            idx, fits = feasible(state, pod)
-            if len(idx) == 0:
-                out.append(None)
-                continue
-            node = int(idx[self.pick(self.score(state, frag, pod, idx, fits), rng)])
-            out.append((node, self.gpus(state, node, pod, rng)))
-        return out
+    def choose(
+        self,
+        state: ClusterState,
+        frag: FragTracker,
+        pod: Pod,
+        idx: IntArray,
+        fits: npt.NDArray[np.bool_] | None,
+        rng: np.random.Generator,
+    ) -> Choice:
+        node = int(idx[self.pick(self.score(state, frag, pod, idx, fits), rng)])
+        return (node, self.gpus(state, node, pod, rng))
 
 
 class RandomPolicy(_Scored):
@@ -288,32 +313,30 @@ def sigmoid_score(delta: npt.NDArray[np.float64]) -> IntArray:
 class FGDPolicy(_Scored):
     name = "fgd"
 
-    def place(
-        self, state: ClusterState, frag: FragTracker, pods: list[Pod], rng: np.random.Generator
-    ) -> list[Choice | None]:
-        out: list[Choice | None] = []
-        for pod in pods:
-            idx, fits = feasible(state, pod)
-            if len(idx) == 0:
-                out.append(None)
-                continue
-            nodes, gpus, delta = fgd_options(frag, pod, idx, fits)
-            score = sigmoid_score(delta)
-            if pod.is_share:
-                # node score = its best GPU's score; that GPU is the first (lowest index) best one
-                order = np.lexsort((gpus, -score, nodes))
-                first = np.ones(len(order), dtype=bool)
-                first[1:] = nodes[order][1:] != nodes[order][:-1]
-                sel = order[first]
-                k = pick_max(score[sel])
-                out.append((int(nodes[sel][k]), (int(gpus[sel][k]),)))
-            else:
-                node = int(nodes[pick_max(score)])
-                out.append((node, gpus_for(state, node, pod)))
-        return out
+    def choose(
+        self,
+        state: ClusterState,
+        frag: FragTracker,
+        pod: Pod,
+        idx: IntArray,
+        fits: npt.NDArray[np.bool_] | None,
+        rng: np.random.Generator,
+    ) -> Choice:
+        nodes, gpus, delta = fgd_options(frag, pod, idx, fits)
+        score = sigmoid_score(delta)
+        if pod.is_share:
+            # node score = its best GPU's score; that GPU is the first (lowest index) best one
+            order = np.lexsort((gpus, -score, nodes))
+            first = np.ones(len(order), dtype=bool)
+            first[1:] = nodes[order][1:] != nodes[order][:-1]
+            sel = order[first]
+            k = pick_max(score[sel])
+            return (int(nodes[sel][k]), (int(gpus[sel][k]),))
+        node = int(nodes[pick_max(score)])
+        return (node, gpus_for(state, node, pod))
 
 
-class OptschedGreedy:
+class OptschedGreedy(_PerPod):
     """optsched one pod at a time: the exact (unrounded) FGD change, deterministic tie-break.
 
     Minimises the node's fragmentation change; ties go to the option leaving the least free GPU
@@ -323,21 +346,20 @@ class OptschedGreedy:
     name = "optsched-1"
     batch = 1
 
-    def place(
-        self, state: ClusterState, frag: FragTracker, pods: list[Pod], rng: np.random.Generator
-    ) -> list[Choice | None]:
-        out: list[Choice | None] = []
-        for pod in pods:
-            idx, fits = feasible(state, pod)
-            if len(idx) == 0:
-                out.append(None)
-                continue
-            nodes, gpus, delta = fgd_options(frag, pod, idx, fits)
-            left = state.gpu_left()[nodes]
-            k = int(np.lexsort((gpus, nodes, left, np.round(delta, 6)))[0])
-            node = int(nodes[k])
-            out.append((node, (int(gpus[k]),) if pod.is_share else gpus_for(state, node, pod)))
-        return out
+    def choose(
+        self,
+        state: ClusterState,
+        frag: FragTracker,
+        pod: Pod,
+        idx: IntArray,
+        fits: npt.NDArray[np.bool_] | None,
+        rng: np.random.Generator,
+    ) -> Choice:
+        nodes, gpus, delta = fgd_options(frag, pod, idx, fits)
+        left = state.gpu_left()[nodes]
+        k = int(np.lexsort((gpus, nodes, left, np.round(delta, 6)))[0])
+        node = int(nodes[k])
+        return (node, (int(gpus[k]),) if pod.is_share else gpus_for(state, node, pod))
 
 
 BASELINES: dict[str, type] = {
