@@ -36,7 +36,6 @@ from optsched.engine import elastic
 from optsched.engine.node_loss import (
     borrow_limits_after_node_loss,
     lend_limits_after_node_loss,
-    restart_holds,
     restart_types,
 )
 from optsched.engine.objective import DEFAULT_WEIGHTS, ObjectiveWeights, job_value, preemption_cost
@@ -383,7 +382,7 @@ def build_problem(
     return EpochProblem(
         types=types,
         tenants=ten_ids,
-        capacity=_held_capacity(state, capacity),  # free GPUs held for their restart (node_loss)
+        capacity=capacity,
         quota=quota,
         # quota a node loss freed from guaranteed jobs is held for them, not lent (node_loss)
         lend_limit=_held_lend(state, lend),
@@ -410,12 +409,6 @@ def build_problem(
         ),
         tree=state.tree,
     )
-
-
-def _held_capacity(state: ClusterState, capacity: tuple[int, ...]) -> tuple[int, ...]:
-    """``capacity`` less the GPUs of :func:`~optsched.engine.node_loss.restart_holds`."""
-    held = restart_holds(state)
-    return tuple(c - held.get(t, 0) for c, t in zip(capacity, state.type_names, strict=True))
 
 
 def _held_lend(

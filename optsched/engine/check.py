@@ -1202,10 +1202,9 @@ def check_work_conservation(
     has quota: that tenant's guaranteed jobs need more of its GPUs than its
     ``max_gpus_per_epoch`` lets one decision free, and take GPUs of the type over the next epochs.
 
-    A node loss: the free GPUs of ``t`` count less the GPUs of the guaranteed jobs not on loan
-    that the decision stops for ``node_unavailable`` and that allow ``t`` (held for their
-    restart at the next epoch: a job started there would be stopped again for them); a
-    best-effort job is exempt on every type such a job allows.
+    A node loss: a best-effort job is exempt on every type that a guaranteed job not on loan,
+    stopped by the decision for ``node_unavailable``, allows (it restarts there at the next
+    epoch: a best-effort job started there would be stopped again for it).
 
     Linear in jobs + GPUs + tenants x types: per-type and per-(tenant, type) sums are computed
     once, then each pending job looks at its allowed types only.
@@ -1222,23 +1221,22 @@ def check_work_conservation(
     reasons = decision.queue_reasons
     starved = _cap_starved(state)
     off = {t for t in state.type_names if any(state.quota(ten, t) > 0 for ten in starved)}
-    # free GPUs held for the restart of guaranteed jobs not on loan stopped on unavailable nodes
-    restart: dict[str, int] = defaultdict(int)
+    # types on which guaranteed jobs not on loan stopped on unavailable nodes restart next
+    restart: set[str] = set()
     for p in decision.preempt:
         if p.reason == PreemptReason.NODE_UNAVAILABLE and p.job in state.job_index:
             stopped = state.job(p.job)
             if stopped.qos == "guaranteed" and not stopped.on_loan and p.job not in state.host_of:
-                for t in state.allowed_types(stopped):  # it may restart on any of them
-                    restart[t] += stopped.gpus
+                restart.update(state.allowed_types(stopped))  # it may restart on any of them
     out: list[Violation] = []
     for job in state.pending():
         if job.id in after.started:
             continue
         g = job.size_range[0] if job.is_elastic else job.gpus  # an elastic job at its smallest
         for t in _usable_types(state, job):  # never a type too small for its stated memory
-            if cap.get(t, 0) <= 0 or free[t] - restart.get(t, 0) < g:
+            if cap.get(t, 0) <= 0 or free[t] < g:
                 continue
-            if (t in off or restart.get(t, 0) > 0) and job.qos != "guaranteed":
+            if (t in off or t in restart) and job.qos != "guaranteed":
                 continue  # a cap-starved tenant's guaranteed jobs, or a node loss's, take them next
             idle = state.quota(job.tenant, t) - use.get((job.tenant, t), 0) - lent_out.get((job.tenant, t), 0)
             if idle < g:

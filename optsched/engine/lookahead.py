@@ -193,7 +193,7 @@ def limited(problem: EpochProblem, res: Reservations) -> EpochProblem:
     held = res.held(problem.types)
     if not any(held):
         return problem
-    # never below the kept jobs' GPUs: free GPUs a node loss holds (node_loss) may be the same
+    # never below the kept jobs' GPUs
     cap = tuple(max(c - h, u) for c, h, u in zip(problem.capacity, held, problem.used(), strict=True))
     return dataclasses.replace(problem, capacity=cap)
 

@@ -6,9 +6,10 @@ its tenant's quota looks idle. Lent to another tenant's start in that decision, 
 reclaimed at the next one to restart the same job, often on exactly those GPUs: a flip-flop
 (a start, then a reclaim, for nothing). For guaranteed jobs not on loan (the ones that get
 their quota back), on every type each allows, that decision makes no new loan
-(:func:`lend_limits_after_node_loss`), keeps the free GPUs they need idle
-(:func:`restart_holds`) and starts no best-effort job (:func:`restart_types`), so that no job
-starts there only to be stopped for them at the next one.
+(:func:`lend_limits_after_node_loss`) and starts no best-effort job (:func:`restart_types`), so
+that no job starts there only to be stopped for them at the next one. A guaranteed start inside
+quota may take the free GPUs they held: it is never stopped for them, so it is no flip-flop, and
+keeping those GPUs idle would only make the decision stop other jobs to start it elsewhere.
 
 The hold never makes running loans uncoverable: on a type it is at most the lendable idle
 quota that current borrowing leaves over (so no on-loan job must stop for it), and types on
@@ -22,7 +23,7 @@ from collections import defaultdict
 
 from optsched.engine.state import ClusterState
 
-__all__ = ["borrow_limits_after_node_loss", "lend_limits_after_node_loss", "restart_holds", "restart_types"]
+__all__ = ["borrow_limits_after_node_loss", "lend_limits_after_node_loss", "restart_types"]
 
 
 def restart_types(state: ClusterState) -> set[str]:
@@ -40,33 +41,6 @@ def restart_types(state: ClusterState) -> set[str]:
         if any(r.node in down for r in job.allocation):
             out.update(state.allowed_types(job))
     return out
-
-
-def restart_holds(state: ClusterState) -> dict[str, int]:
-    """GPU type -> free GPUs the decision leaves idle for the guaranteed jobs not on loan that
-    it stops on unavailable nodes: their GPUs on the type, at most the GPUs free once those
-    jobs stop (capacity on available nodes less what kept running jobs hold). Any job started
-    on them would be in the way of those jobs' restart at the next epoch (a best-effort or
-    on-loan start would be stopped again for them); invariant 8 exempts them. A job that allows
-    several types may restart on any: its GPUs are held on each."""
-    snap = state.snapshot
-    down = {n.id for n in snap.nodes if not n.available}
-    if not down:
-        return {}
-    want: dict[str, int] = defaultdict(int)
-    kept: dict[str, int] = defaultdict(int)
-    for job in state.running():
-        if job.id in state.host_of or job.allocation is None:
-            continue
-        if any(r.node in down for r in job.allocation):
-            if job.qos == "guaranteed" and not job.on_loan:
-                for t in state.allowed_types(job):  # it may restart on any of them
-                    want[t] += job.gpus
-            continue
-        kept[state.job_type(job)] += job.gpus
-    cap = state.capacity()
-    out = {t: min(g, cap.get(t, 0) - kept[t]) for t, g in sorted(want.items())}
-    return {t: h for t, h in out.items() if h > 0}
 
 
 def borrow_limits_after_node_loss(state: ClusterState) -> dict[tuple[str, str], int]:
