@@ -31,7 +31,9 @@ from optsched.engine.state import ClusterState, GpuKey
 from optsched.predict.base import Predictions
 from optsched.schema.decision import (
     Decision,
+    Explanation,
     JobPrediction,
+    Loan,
     Preempt,
     PreemptReason,
     QueueReason,
@@ -52,9 +54,57 @@ def to_decision(
     solver: SolverInfo,
     status: str,
 ) -> Decision:
-    snap = state.snapshot
-    p = problem
-    # preemptions ---------------------------------------------------------------------
+    """The :class:`Decision` of ``assignment`` (a plan for ``problem`` on ``state``).
+
+    The steps, in order (each a function below): who stops and why (:func:`_preemptions`);
+    which GPUs each shrinking elastic job keeps (:func:`_shrinks`); the exclusive starts on the
+    GPUs left free, largest gangs first (:func:`_place_starts`); the resizes, growth on the GPUs
+    still idle after every start (:func:`_resizes`); the MPS guests on their hosts' GPUs
+    (:func:`_place_guests`); each tenant's use after all that (:func:`_final_use`) and the loans
+    that cover it, with a note in ``solver.notes`` (which this appends to) for every use above
+    quota no loan covers; the jobs left queued, most valuable first (:func:`_queue`); and their
+    explanations (:func:`_explain`), whose codes are the queue reasons. ``predictions`` are
+    copied into the decision rounded, ``signal`` gives the assurance figures and next state.
+    """
+    preempt = _preemptions(state, problem, assignment)
+    stopped = {x.job for x in preempt}
+    kept_alloc, released = _shrinks(state, problem, assignment)
+    placer = Placer(free_gpus(state, stopped, frozenset(released)), _nodes_by_type(state))
+    starts = _place_starts(problem, assignment, placer)
+    resizes = _resizes(state, problem, assignment, placer, kept_alloc)
+    starts += _place_guests(state, problem, assignment, stopped)
+    started = {s.job for s in starts}
+
+    use = _final_use(state, starts, stopped, resizes)
+    loans, uncovered = derive_loans(state, use, signal, _kept_over(problem, assignment))
+    for (ten, tname), n in sorted(uncovered.items()):
+        solver.notes.append(over_quota_note(ten, tname, n))
+
+    queue, kind_of = _queue(state, problem, started)
+    explanations = _explain(state, problem, starts, preempt, resizes, use, loans, queue, kind_of, signal)
+    return Decision(
+        now=state.snapshot.now,
+        status=status,
+        solver=solver,
+        start=sorted(starts, key=lambda s: s.job),
+        preempt=preempt,
+        resize=resizes,
+        queue=queue,
+        queue_reasons={jid: QueueReason(explanations[jid].code) for jid in queue},
+        explanations=explanations,
+        loans=loans,
+        kept_over_quota=kept_over_quota(uncovered),
+        assurance={t: round(signal[t].value, 6) for t in state.tenant_ids},
+        assurance_state=asr.next_state(state, signal, sorted(started)),
+        predictions=_predictions(predictions),
+    )
+
+
+def _preemptions(state: ClusterState, p: EpochProblem, assignment: Assignment) -> list[Preempt]:
+    """Every job the decision stops, in this order: the jobs on unavailable nodes
+    (``p.forced``), the MPS guests evicted for their host's assurance (``p.evicted``), then the
+    running jobs the assignment preempts, by index: a job on loan is reclaimed, an MPS guest
+    stopped for interference, any other stopped for priority."""
     preempt: list[Preempt] = []
     for jid in p.forced:
         preempt.append(
@@ -77,9 +127,14 @@ def to_decision(
         else:
             reason = PreemptReason.PRIORITY
         preempt.append(Preempt(job=run.job, reason=reason, lost_s=run.lost_s))
-    stopped = {x.job for x in preempt}
+    return preempt
 
-    # shrinks keep the GPUs on the nodes where the job holds most ---------------------------
+
+def _shrinks(
+    state: ClusterState, p: EpochProblem, assignment: Assignment
+) -> tuple[dict[str, list[GpuRef]], set[GpuKey]]:
+    """Per shrinking elastic job, the GPUs it keeps (those on the nodes where it holds most,
+    sorted by node and GPU), and the GPUs all shrinks give up, free for the starts."""
     kept_alloc: dict[str, list[GpuRef]] = {}
     released: set[GpuKey] = set()
     for r, d in sorted(assignment.resize.items()):
@@ -93,14 +148,22 @@ def to_decision(
             keep = sorted(alloc, key=lambda x: (-per_node[x.node], x.node, x.gpu))[: run.gpus + d * run.step]
             kept_alloc[run.job] = sorted(keep, key=lambda x: (x.node, x.gpu))
             released.update(ref.key() for ref in alloc if ref not in keep)
+    return kept_alloc, released
 
-    # starts: exclusive placements, largest gangs first -------------------------------------
-    free = free_gpus(state, stopped, frozenset(released))
+
+def _nodes_by_type(state: ClusterState) -> dict[str, list[str]]:
+    """The available nodes of each GPU type, in snapshot order: where the placer may look."""
     nodes_by_type: dict[str, list[str]] = defaultdict(list)
-    for node in snap.nodes:
+    for node in state.snapshot.nodes:
         if node.available:
             nodes_by_type[node.gpu_type].append(node.id)
-    starts: list[Start] = []
+    return nodes_by_type
+
+
+def _place_starts(p: EpochProblem, assignment: Assignment, placer: Placer) -> list[Start]:
+    """The exclusive starts on concrete GPUs. Each class's starts per (type, loan) go to its
+    members in value order; then every start is placed by ``placer``, largest gangs first
+    (ties by job id), which takes the GPUs it gives."""
     plan: list[tuple[int, str, int, bool]] = []  # (gpus, job id, type, on_loan)
     for c in sorted(assignment.starts):
         cls = p.pending[c]
@@ -109,11 +172,23 @@ def to_decision(
             for jid in cls.jobs[k : k + n]:
                 plan.append((cls.gpus, jid, ti, loan))
             k += n
-    placer = Placer(free, nodes_by_type)
+    starts: list[Start] = []
     for gpus, jid, ti, loan in sorted(plan, key=lambda x: (-x[0], x[1])):
         alloc = placer.place(p.types[ti], gpus)
         starts.append(Start(job=jid, allocation=alloc, on_loan=loan))
-    # growth: the GPUs left idle, on the job's own nodes first --------------------------------
+    return starts
+
+
+def _resizes(
+    state: ClusterState,
+    p: EpochProblem,
+    assignment: Assignment,
+    placer: Placer,
+    kept_alloc: dict[str, list[GpuRef]],
+) -> list[Resize]:
+    """The resizes, by job id. A growing job takes the GPUs ``placer`` still has (every start
+    placed), on its own nodes first, then wherever they are; a shrinking one keeps
+    ``kept_alloc`` (:func:`_shrinks`), for a reclaim when it runs on loan, else for a start."""
     resizes: list[Resize] = []
     for r, d in sorted(assignment.resize.items(), key=lambda x: p.running[x[0]].job):
         run = p.running[r]
@@ -141,11 +216,19 @@ def to_decision(
                 lost_s=run.overhead_s,
             )
         )
-    new_size = {rz.job: rz.to_gpus for rz in resizes}
-    # guests: GPUs of the host that hold no guest yet -----------------------------------------
+    return resizes
+
+
+def _place_guests(
+    state: ClusterState, p: EpochProblem, assignment: Assignment, stopped: set[str]
+) -> list[Start]:
+    """The MPS guest starts, by job id: each on the first GPUs of its host's allocation that
+    hold no guest (a running guest the decision stops frees its GPUs), as many as its gang.
+    Raises ``AssertionError`` for a guest placed on a host the decision stops."""
     taken: set[GpuKey] = set(
         k for k, ids in state.gpu_holders.items() if len(ids) > 1 and ids[1] not in stopped
     )
+    guests: list[Start] = []
     for j in sorted(assignment.guests, key=lambda j: p.pending[j].job):
         host = p.running[assignment.guests[j]]
         if host.job in stopped:
@@ -154,7 +237,7 @@ def to_decision(
         assert hjob.allocation is not None
         shared = [r for r in hjob.allocation if r.key() not in taken][: p.pending[j].gpus]
         taken.update(r.key() for r in shared)
-        starts.append(
+        guests.append(
             Start(
                 job=p.pending[j].job,
                 allocation=[GpuRef(node=r.node, gpu=r.gpu) for r in shared],
@@ -162,9 +245,15 @@ def to_decision(
                 colocated_with=[host.job],
             )
         )
-    started = {s.job for s in starts}
+    return guests
 
-    # loans from final use -----------------------------------------------------------------
+
+def _final_use(
+    state: ClusterState, starts: list[Start], stopped: set[str], resizes: list[Resize]
+) -> dict[tuple[str, str], int]:
+    """Per (tenant, type): the GPUs its jobs hold after the decision (the running jobs it keeps,
+    at their new size, and its exclusive starts; MPS guests use no quota)."""
+    new_size = {rz.job: rz.to_gpus for rz in resizes}
     use: dict[tuple[str, str], int] = defaultdict(int)
     for job in state.running():
         if job.id in stopped or job.id in state.host_of:
@@ -173,25 +262,46 @@ def to_decision(
     for s in starts:
         if not s.colocated_with:
             use[(state.job(s.job).tenant, state.node_type(s.allocation[0].node))] += len(s.allocation)
-    kept = {
+    return use
+
+
+def _kept_over(p: EpochProblem, assignment: Assignment) -> dict[tuple[str, str], int]:
+    """Per (tenant, type) with any: the use above quota the assignment keeps uncovered
+    (:meth:`~optsched.engine.problem.Assignment.kept_over`), what
+    :func:`~optsched.engine.ledger.derive_loans` may leave without a lender."""
+    return {
         (p.tenants[i], p.types[t]): n
         for i, row in enumerate(assignment.kept_over(p))
         for t, n in enumerate(row)
         if n > 0
     }
-    loans, uncovered = derive_loans(state, use, signal, kept)
-    for (ten, tname), n in sorted(uncovered.items()):
-        solver.notes.append(over_quota_note(ten, tname, n))
 
-    # queue with reasons: what really binds after this decision (its preemptions and starts
-    # included), once per (tenant, gang, allowed types), so a reason and its explanation agree
-    queue: list[str] = []
+
+def _queue(state: ClusterState, p: EpochProblem, started: set[str]) -> tuple[list[str], list[Kind]]:
+    """The pending jobs the decision does not start, most valuable first (then oldest, then
+    id), and the :data:`~optsched.engine.explain.Kind` of each, all its explanation depends on."""
     pending = [j for j in state.pending() if j.id not in started]
     pending.sort(key=lambda j: (-p.density.get(j.id, 0.0), j.submit_s, j.id))
-    kind_of: list[Kind] = []  # per queued job
-    for job in pending:
-        queue.append(job.id)
-        kind_of.append(queue_kind(state, job))
+    return [job.id for job in pending], [queue_kind(state, job) for job in pending]
+
+
+def _explain(
+    state: ClusterState,
+    p: EpochProblem,
+    starts: list[Start],
+    preempt: list[Preempt],
+    resizes: list[Resize],
+    use: dict[tuple[str, str], int],
+    loans: list[Loan],
+    queue: list[str],
+    kind_of: list[Kind],
+    signal: dict[str, asr.TenantAssurance],
+) -> dict[str, Explanation]:
+    """The explanation stage on the final decision (:func:`optsched.engine.explain.explain`):
+    what really binds each queued job after its preemptions and starts, computed once per kind
+    so a reason and its explanation agree, jobs listed by the model's value; then the
+    best-effort jobs the problem holds back for a cap-starved tenant get binding
+    ``preemption_cap``."""
     density = p.density
     explanations = explain(
         state, starts, preempt, use, loans, queue, kind_of, signal, resizes,
@@ -199,8 +309,13 @@ def to_decision(
     )
     if p.held_back:
         explain_held_back(state, p.held_back, explanations, queue)
-    reasons = {jid: QueueReason(explanations[jid].code) for jid in queue}
-    preds = {
+    return explanations
+
+
+def _predictions(predictions: Predictions) -> dict[str, JobPrediction]:
+    """Each job's runtime and memory prediction as the decision reports it: rounded to three
+    decimals, with the source of each."""
+    return {
         jid: JobPrediction(
             runtime_s=round(e.runtime_s, 3),
             memory_gib=round(e.memory_gib, 3),
@@ -208,19 +323,3 @@ def to_decision(
         )
         for jid, e in sorted(predictions.jobs.items())
     }
-    return Decision(
-        now=snap.now,
-        status=status,
-        solver=solver,
-        start=sorted(starts, key=lambda s: s.job),
-        preempt=preempt,
-        resize=resizes,
-        queue=queue,
-        queue_reasons=reasons,
-        explanations=explanations,
-        loans=loans,
-        kept_over_quota=kept_over_quota(uncovered),
-        assurance={t: round(signal[t].value, 6) for t in state.tenant_ids},
-        assurance_state=asr.next_state(state, signal, sorted(started)),
-        predictions=preds,
-    )
