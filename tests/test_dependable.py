@@ -213,9 +213,9 @@ def busy_tiny() -> dict[str, Any]:
 def test_a_decoded_answer_the_checker_rejects_falls_back_to_the_greedy_plan(
     name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from optsched.engine import decide
+    from optsched.engine import decode
 
-    real = decide.to_decision
+    real = decode.to_decision
     calls: list[str] = []
 
     def corrupt_first(*args: Any, **kwargs: Any) -> Decision:
@@ -231,7 +231,7 @@ def test_a_decoded_answer_the_checker_rejects_falls_back_to_the_greedy_plan(
             )
         return d
 
-    monkeypatch.setattr(decide, "to_decision", corrupt_first)
+    monkeypatch.setattr(decode, "to_decision", corrupt_first)
     state, d = solve(busy_tiny(), name)
     assert calls[0] == name and len(calls) == 2
     assert check_decision(state, d) == []

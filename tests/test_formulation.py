@@ -18,7 +18,7 @@ from optsched.engine.backends import get_backend
 from optsched.engine.backends.base import SolveParams, SolveStatus
 from optsched.engine.candidates import build_problem
 from optsched.engine.check import check_decision, over_quota_note
-from optsched.engine.decide import to_decision
+from optsched.engine.decode import to_decision
 from optsched.engine.formulation import CONSTRAINT_FAMILIES, build_model, from_assignment, is_feasible
 from optsched.engine.objective import value
 from optsched.engine.problem import Assignment, EpochProblem, GuestCandidate

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from optsched.engine.check import check_decision
-from optsched.engine.decide import describe_job
 from optsched.engine.epoch import solve_epoch
+from optsched.engine.explain import describe_job
 from optsched.engine.lookahead import _cpsat_plan, _greedy_plan, _Item, _score
 from optsched.engine.state import ClusterState
 from optsched.predict.fallback import EstimatePredictor

@@ -267,8 +267,8 @@ def test_explain_decision_reproduces_one_models_explanations(size: str, seed: in
     """What explaining needed from the epoch's problem (value order, evicted MPS guests, use
     before the decision, held-back jobs) comes from the state and the decision alone: with the
     problem's value order, ``explain_decision`` gives one model's explanations exactly."""
-    from optsched.engine.decide import explain_decision
     from optsched.engine.epoch import _prepare
+    from optsched.engine.explain import explain_decision
 
     snap = loosen(generate(size, seed), seed)  # type: ignore[arg-type]
     snap["options"] = {"lookahead_epochs": 0}  # the look-ahead rewrites some explanations

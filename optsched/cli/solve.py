@@ -160,7 +160,7 @@ def explain(
     job: Annotated[str, typer.Argument(help="Id of a job of the snapshot.")],
 ) -> None:
     """Say in plain words what the decision does with one job and why (exit 2 if it cannot)."""
-    from optsched.engine.decide import describe_job
+    from optsched.engine.explain import describe_job
 
     state, dec = _snapshot_and_decision(snapshot, decision)
     if job not in state.job_index:

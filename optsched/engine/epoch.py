@@ -365,7 +365,7 @@ def _cluster_decision(ep: _Epoch, params: SolveParams, budget: Budget) -> Decisi
                 )
 
     def attempt(a: Assignment, res: SolveResult | None, reason: str | None, do_fill: bool) -> Decision:
-        from optsched.engine.decide import to_decision
+        from optsched.engine.decode import to_decision
 
         notes = list(ep.notes)
         t = time.monotonic()

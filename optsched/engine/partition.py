@@ -61,7 +61,7 @@ from optsched.engine.budget import (
     Budget,
 )
 from optsched.engine.check import over_quota_note
-from optsched.engine.decide import explain_decision
+from optsched.engine.explain import explain_decision
 from optsched.engine.ledger import derive_loans, kept_over_quota
 from optsched.engine.node_loss import lend_limits_after_node_loss
 from optsched.engine.rules import cap_starved, protected, starved_types, victim_slack

@@ -7,7 +7,7 @@ jobs could start at all, not with the length of the queue. Every pending job of 
 of exactly one class: none is pruned.
 
 There is deliberately no variable per (job, GPU) or per (job, node): the model decides counts
-per GPU type, and :mod:`optsched.engine.decide` turns them into concrete GPU indices afterwards.
+per GPU type, and :mod:`optsched.engine.decode` turns them into concrete GPU indices afterwards.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 starts, preempts or queues.
 
 The CLI, the HTTP service and the Slurm adapter all print what
-:func:`optsched.engine.decide.describe_job` says, so an operator reads the same words wherever
+:func:`optsched.engine.explain.describe_job` says, so an operator reads the same words wherever
 they look. Hosts compute the texts once per epoch, when the snapshot is at hand, and keep them
 in the store (:meth:`optsched.hosts.store.Store.record_epoch`).
 """
@@ -22,7 +22,7 @@ def explain_jobs(state: ClusterState, decision: Decision) -> dict[str, str]:
     """``{job: text}`` for every job ``decision`` starts, preempts or queues: the lines of
     ``optsched explain`` joined by newlines. A job the decision cannot explain (a decision
     without explanations, from an older optsched) is left out."""
-    from optsched.engine.decide import describe_job
+    from optsched.engine.explain import describe_job
 
     jobs = [s.job for s in decision.start] + [p.job for p in decision.preempt] + list(decision.queue)
     out: dict[str, str] = {}

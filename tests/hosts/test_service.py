@@ -102,7 +102,7 @@ def test_epoch_decision_job_and_openapi(pool: concurrent.futures.Executor, tmp_p
         assert body["content"]["application/json"]["schema"]["$ref"] == "#/components/schemas/Snapshot"
 
         # the same text as `optsched explain`, for every job the decision names
-        from optsched.engine.decide import describe_job
+        from optsched.engine.explain import describe_job
 
         state = ClusterState.from_snapshot(parse_snapshot(snap))
         for j in ("vis-train", "nlp-sweep", "audio-extra"):
@@ -289,7 +289,7 @@ def test_extender_filter_by_contract(pool: concurrent.futures.Executor, tmp_path
         # full Nodes form; the pod maps to its job by name; a queued job fails everywhere
         r = c.post("/v1/clusters/k/extender/filter", json=_json("extender_filter_nodes_args.json")).json()
         assert set(r) == FILTER_KEYS and r["NodeNames"] is None and r["Nodes"]["items"] == []
-        from optsched.engine.decide import describe_job
+        from optsched.engine.explain import describe_job
         from optsched.hosts.reasons import summary
 
         state = ClusterState.from_snapshot(parse_snapshot(_json("extender_snapshot.json")))

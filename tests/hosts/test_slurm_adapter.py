@@ -403,7 +403,7 @@ def test_reasons_reach_the_store_slurm_and_the_cli(adapter: Any, tmp_path: Path)
     from typer.testing import CliRunner
 
     from optsched.cli import app
-    from optsched.engine.decide import describe_job
+    from optsched.engine.explain import describe_job
 
     ids = [adapter.sbatch("-A", "beta", "--gres=gpu:a100:8", "--wrap", "sleep 300") for _ in range(3)]
     r = adapter.loop.step()
