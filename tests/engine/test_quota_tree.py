@@ -37,8 +37,8 @@ from optsched.predict.fallback import EstimatePredictor
 from optsched.schema.decision import Decision, Loan, Start
 from optsched.schema.snapshot import GpuRef
 from optsched.testing import assert_decision_valid
+from tests.behaviour.test_stability import CPSAT, GREEDY, run_epochs
 from tests.conftest import INSTANCES
-from tests.test_stability import CPSAT, GREEDY, run_epochs
 
 FALLBACK = EstimatePredictor()
 BACKENDS = ("greedy", "highs", "cpsat")

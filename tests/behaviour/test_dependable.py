@@ -72,7 +72,7 @@ def test_same_decision_from_two_fresh_processes_and_in_process(tmp_path: Path) -
     assert snap == generate("venus", 3)
     # the default backend and predictor; a limit with room for a loaded 2-core machine (the
     # work budget, not the clock, decides where the solver stops; a run the net stopped would
-    # be the greedy plan: tests/test_determinism_load.py)
+    # be the greedy plan: tests/behaviour/test_determinism_load.py)
     snap["options"] = {"time_limit_s": 20.0}
     path = tmp_path / "venus3.json"
     path.write_text(json.dumps(snap))
