@@ -24,7 +24,7 @@ from optsched.schema.decision import Decision
 from optsched.schema.snapshot import Snapshot
 from optsched.testing import assert_decision_valid, cluster, pending, running
 from tests.behaviour.test_stability import _triggers
-from tests.conftest import INSTANCES
+from tests.conftest import DATA
 
 EXACT = ("highs", "cpsat", "pulp")
 PREDICTOR = EstimatePredictor()
@@ -570,7 +570,7 @@ def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
 def test_cli_solve_and_check_elastic_instances(
     name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = INSTANCES / "tiny" / f"{name}.json"
+    path = DATA / "tiny" / f"{name}.json"
     out = tmp_path / "d.json"
     code, text = run(["solve", str(path), "-o", str(out), "--predictor", "fallback"], capsys)
     assert code == 0, text

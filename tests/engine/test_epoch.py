@@ -15,9 +15,9 @@ from optsched.engine.state import load_state
 from optsched.instances import generate
 from optsched.predict.fallback import EstimatePredictor
 from optsched.testing import assert_decision_valid
-from tests.conftest import INSTANCES
+from tests.conftest import DATA, INSTANCES
 
-TINY = sorted(p.stem for p in (INSTANCES / "tiny").glob("*.json"))
+TINY = sorted(p.stem for p in (DATA / "tiny").glob("*.json"))
 FALLBACK = EstimatePredictor()
 
 

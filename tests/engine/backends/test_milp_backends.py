@@ -18,9 +18,9 @@ from optsched.engine.state import load_state
 from optsched.instances import generate
 from optsched.predict.fallback import EstimatePredictor
 from tests.builders import epoch_problem, pending_class, running_item
-from tests.conftest import INSTANCES
+from tests.conftest import DATA
 
-TINY = sorted((INSTANCES / "tiny").glob("*.json"))
+TINY = sorted((DATA / "tiny").glob("*.json"))
 MILP_BACKENDS = ["milp", "pulp"]  # both extras are in ".[all]": never filtered away
 PRED = EstimatePredictor()
 
