@@ -25,7 +25,7 @@ from optsched.predict.fallback import EstimatePredictor
 from optsched.schema.decision import Decision, GpuRef, Unit, WorkflowPlan
 from optsched.testing import cluster, pending, running
 from tests import builders
-from tests.conftest import INSTANCES, ROOT
+from tests.conftest import DATA, ROOT
 
 BACKENDS = available_backends()
 EXACT = [b for b in BACKENDS if b != "greedy"]
@@ -157,7 +157,7 @@ def test_lost_node_gets_a_decision_on_every_backend(name: str) -> None:
 
 # --- the workflow part's own fallback -------------------------------------------------------------
 
-WORKFLOW = INSTANCES / "workflows" / "mapreduce_seed1.json"
+WORKFLOW = DATA / "workflows" / "mapreduce_seed1.json"
 
 
 def test_workflow_planner_that_raises_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
