@@ -11,7 +11,8 @@ import pytest
 from optsched.engine.backends import available_backends
 
 ROOT = Path(__file__).resolve().parents[1]
-INSTANCES = ROOT / "instances"
+INSTANCES = ROOT / "instances"  # benchmarks, simulator, notebooks: unit tests read DATA
+DATA = Path(__file__).resolve().parent / "data"
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -26,7 +27,7 @@ def tiny() -> Callable[[str], dict[str, Any]]:
 
     def load(name: str) -> dict[str, Any]:
         if name not in cache:
-            cache[name] = json.loads((INSTANCES / "tiny" / f"{name}.json").read_text())
+            cache[name] = json.loads((DATA / "tiny" / f"{name}.json").read_text())
         return copy.deepcopy(cache[name])
 
     return load

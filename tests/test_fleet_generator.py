@@ -9,7 +9,7 @@ import pytest
 
 from optsched.engine.state import ClusterState, parse_snapshot
 from optsched.instances import generate, generate_fleet
-from tests.test_cli import run
+from tests.cli.test_cli import run
 
 
 @pytest.mark.parametrize("gpus", [64, 2048, 8000])

@@ -43,7 +43,7 @@ class Placer:
 
     The nodes of each type sit in buckets by their number of free GPUs, ids sorted: best fit
     is the first node of the first non-empty bucket from the gang size up; the spread order
-    (most free GPUs first, then id) walks the buckets downwards. ``tests/test_decide_placer.py``
+    (most free GPUs first, then id) walks the buckets downwards. ``tests/engine/test_decide_placer.py``
     checks it against the plain node-scanning rule.
     """
 

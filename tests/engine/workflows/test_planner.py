@@ -53,7 +53,7 @@ _PLAN_IN_FRESH_INTERPRETER = (
     "from pathlib import Path\n"
     "from optsched.engine.state import load_state\n"
     "from optsched.engine.workflows.planner import plan_workflows\n"
-    "state = load_state(Path('instances/workflows/mapreduce_seed1.json').read_text())\n"
+    "state = load_state(Path('tests/data/workflows/mapreduce_seed1.json').read_text())\n"
     # deterministic work binds long before the wall-clock safety net
     "plan = plan_workflows(state, time_limit_s=120.0, work_s=1.0, seed=0)\n"
     "print(plan.model_dump_json(exclude={'notes'}))\n"

@@ -25,7 +25,7 @@ from optsched.predict.fallback import EstimatePredictor
 from optsched.schema.decision import Decision, GpuRef, Unit, WorkflowPlan
 from optsched.testing import cluster, pending, running
 from tests import builders
-from tests.conftest import INSTANCES, ROOT
+from tests.conftest import DATA, ROOT
 
 BACKENDS = available_backends()
 EXACT = [b for b in BACKENDS if b != "greedy"]
@@ -72,7 +72,7 @@ def test_same_decision_from_two_fresh_processes_and_in_process(tmp_path: Path) -
     assert snap == generate("venus", 3)
     # the default backend and predictor; a limit with room for a loaded 2-core machine (the
     # work budget, not the clock, decides where the solver stops; a run the net stopped would
-    # be the greedy plan: tests/test_determinism_load.py)
+    # be the greedy plan: tests/behaviour/test_determinism_load.py)
     snap["options"] = {"time_limit_s": 20.0}
     path = tmp_path / "venus3.json"
     path.write_text(json.dumps(snap))
@@ -157,7 +157,7 @@ def test_lost_node_gets_a_decision_on_every_backend(name: str) -> None:
 
 # --- the workflow part's own fallback -------------------------------------------------------------
 
-WORKFLOW = INSTANCES / "workflows" / "mapreduce_seed1.json"
+WORKFLOW = DATA / "workflows" / "mapreduce_seed1.json"
 
 
 def test_workflow_planner_that_raises_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:

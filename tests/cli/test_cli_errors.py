@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from optsched.cli import main
-from tests.conftest import INSTANCES, ROOT
+from tests.conftest import DATA, ROOT
 
-SNAP = str(INSTANCES / "tiny" / "gang_blocked.json")
+SNAP = str(DATA / "tiny" / "gang_blocked.json")
 
 
 def cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -23,8 +23,8 @@ from optsched.predict.fallback import EstimatePredictor
 from optsched.schema.decision import Decision
 from optsched.schema.snapshot import Snapshot
 from optsched.testing import assert_decision_valid, cluster, pending, running
-from tests.conftest import INSTANCES
-from tests.test_stability import _triggers
+from tests.behaviour.test_stability import _triggers
+from tests.conftest import DATA
 
 EXACT = ("highs", "cpsat", "pulp")
 PREDICTOR = EstimatePredictor()
@@ -481,7 +481,7 @@ def test_apply_decision_applies_resizes_and_start_sizes(tiny: Callable[[str], di
 
 def run_elastic_epochs(snap: Snapshot, backend: str, epochs: int) -> int:
     """Solve, apply, advance with nothing else changing. Once settled (as in
-    tests/test_stability.py) nothing starts, stops or resizes, and no job is ever resized one
+    tests/behaviour/test_stability.py) nothing starts, stops or resizes, and no job is ever resized one
     way and then the other unless an assurance trigger moved in between. Returns the resizes."""
     last_dir: dict[str, tuple[int, tuple[Any, ...]]] = {}
     settled_from, last, count = 2, None, 0
@@ -570,7 +570,7 @@ def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
 def test_cli_solve_and_check_elastic_instances(
     name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = INSTANCES / "tiny" / f"{name}.json"
+    path = DATA / "tiny" / f"{name}.json"
     out = tmp_path / "d.json"
     code, text = run(["solve", str(path), "-o", str(out), "--predictor", "fallback"], capsys)
     assert code == 0, text

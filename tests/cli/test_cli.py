@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from optsched.cli import main
-from tests.conftest import INSTANCES, ROOT
+from tests.conftest import DATA, ROOT
 
 
 def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -21,7 +21,7 @@ def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
 
 
 def test_solve_then_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    snap = INSTANCES / "tiny" / "loan_reclaim.json"
+    snap = DATA / "tiny" / "loan_reclaim.json"
     out = tmp_path / "d.json"
     code, _, _ = run(["solve", str(snap), "-o", str(out), "--predictor", "fallback"], capsys)
     assert code == 0
@@ -31,7 +31,7 @@ def test_solve_then_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 
 
 def test_check_reports_violations_with_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    snap = INSTANCES / "tiny" / "gang_blocked.json"
+    snap = DATA / "tiny" / "gang_blocked.json"
     bad = {"now": 10000.0, "status": "feasible", "solver": {"backend": "x", "seconds": 0}, "queue": ["gang8"]}
     p = tmp_path / "bad.json"
     p.write_text(json.dumps(bad))
@@ -53,7 +53,7 @@ def test_check_reports_violations_with_exit_1(tmp_path: Path, capsys: pytest.Cap
 def test_bad_snapshot_exits_2_naming_the_field(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], mutate: object, message: str
 ) -> None:
-    s = json.loads((INSTANCES / "tiny" / "gang_blocked.json").read_text())
+    s = json.loads((DATA / "tiny" / "gang_blocked.json").read_text())
     mutate(s)  # type: ignore[operator]
     p = tmp_path / "s.json"
     p.write_text(json.dumps(s))
@@ -78,7 +78,7 @@ def test_bad_snapshot_exits_2_naming_the_field(
     ],
 )
 def test_usage_errors_exit_2(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
-    snap = str(INSTANCES / "tiny" / "gang_blocked.json")
+    snap = str(DATA / "tiny" / "gang_blocked.json")
     code, _, err = run([a.replace("{snap}", snap) for a in args], capsys)
     assert code == 2
     assert err.strip()

@@ -296,6 +296,7 @@ def test_greedy_is_stable_on_tiny_snapshots(seed: int) -> None:
     run_epochs(parse_snapshot(generate("tiny", seed)), GREEDY)
 
 
+@pytest.mark.slow  # Venus size: about 400 s together; .ci/run runs them
 def test_greedy_is_stable_on_a_venus_sized_snapshot() -> None:
     run_epochs(parse_snapshot(generate("venus", 0)), GREEDY)
 
@@ -347,6 +348,7 @@ def test_highs_is_stable_with_every_knob(seed: int) -> None:
     run_epochs(with_every_knob(generate("tiny", seed), seed), HIGHS)
 
 
+@pytest.mark.slow  # Venus size: about 400 s together; .ci/run runs them
 def test_greedy_is_stable_with_every_knob_at_venus_size() -> None:
     run_epochs(with_every_knob(generate("venus", 1), 1), GREEDY)
 
@@ -357,6 +359,7 @@ VENUS_HIGHS_KNOWN = {
 }
 
 
+@pytest.mark.slow  # Venus size: about 400 s together; .ci/run runs them
 @pytest.mark.parametrize(
     "seed",
     [

@@ -18,6 +18,7 @@ from optsched.engine.check import check_decision
 from optsched.engine.state import ClusterState, parse_snapshot
 from optsched.instances import generate
 from optsched.testing import assert_decision_valid, cluster, pending
+from tests.conftest import DATA
 
 
 def state_of(data: dict[str, Any]) -> ClusterState:
@@ -279,7 +280,7 @@ def test_coordination_makes_quota_room_from_the_tenants_own_jobs(cap: int | None
         assert d.start == [] and d.preempt == [] and d.queue == ["a1"]
 
 
-INSTANCE_DIR = Path(__file__).resolve().parents[1] / "instances" / "tiny"
+INSTANCE_DIR = DATA / "tiny"
 
 
 @pytest.mark.parametrize("name", [*sorted(p.stem for p in INSTANCE_DIR.glob("*.json")), "venus", "medium"])
@@ -297,7 +298,7 @@ def test_merged_decisions_pass_without_falling_back(name: str, k: int) -> None:
 
 
 def test_solve_command_partitions(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from tests.test_cli import run
+    from tests.cli.test_cli import run
 
     p = tmp_path / "f.json"
     p.write_text(json.dumps(generate("fleet", seed=2, gpus=800)))

@@ -19,8 +19,8 @@ from optsched.engine.check import check_decision
 from optsched.engine.state import ClusterState, parse_snapshot
 from optsched.instances import generate
 from optsched.schema.decision import Decision
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 ENV.pop("OPTSCHED_MODELS", None)  # the shipped models/
 

@@ -21,8 +21,8 @@ from optsched.errors import SnapshotError, error_path, validation_error
 from optsched.schema import limits
 from optsched.schema.snapshot import Snapshot
 from optsched.testing import cluster, pending, running
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 AS_LIMIT = 2 * 1024**3
 """Address space of the CLI subprocess: a parse that allocated per GPU of a 10^12-GPU node
 would die of MemoryError (exit 1) long before it reached 2 GiB."""

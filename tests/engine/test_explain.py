@@ -25,7 +25,7 @@ from optsched.engine.state import ClusterState, parse_snapshot
 from optsched.instances import generate
 from optsched.predict.fallback import EstimatePredictor
 from optsched.schema.decision import Decision, Explanation
-from tests.conftest import INSTANCES
+from tests.conftest import DATA
 
 NEVER = {"gang_size", "type_unavailable", "gpu_memory"}
 RANK = [
@@ -349,7 +349,7 @@ def test_the_corpus_reaches_the_bindings() -> None:
     assert seen & {"no_lender", "lend_limit", "borrow_limit", "over_quota_kept"}, seen
 
 
-@pytest.mark.parametrize("path", sorted((INSTANCES / "tiny").glob("*.json")), ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", sorted((DATA / "tiny").glob("*.json")), ids=lambda p: p.stem)
 def test_instances(path: Path) -> None:
     snap = json.loads(path.read_text())
     verify(snap, solve(snap))
@@ -481,7 +481,7 @@ def test_reclaim_names_the_lender_and_the_starts() -> None:
 
 
 def test_drained_node() -> None:
-    snap = json.loads((INSTANCES / "tiny" / "drained_node.json").read_text())
+    snap = json.loads((DATA / "tiny" / "drained_node.json").read_text())
     d = solve(snap)
     e = [d.explanations[p.job] for p in d.preempt if p.reason.value == "node_unavailable"]
     assert e and all(x.binding == "node_unavailable" and "unavailable" in x.text for x in e)

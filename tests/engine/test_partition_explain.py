@@ -1,6 +1,6 @@
 """Explanations on partitioned decisions: every queued and every preempted job of a merged
 decision is explained on the whole snapshot, with numbers that hold for the merged decision
-(recomputed by ``tests/test_explain.py``'s oracle), a preemption made by the coordination step
+(recomputed by ``tests/engine/test_explain.py``'s oracle), a preemption made by the coordination step
 names the start it made room for, and the explanations change nothing else of the decision."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from optsched.instances import generate
 from optsched.predict.fallback import EstimatePredictor
 from optsched.schema.decision import Decision
 from optsched.testing import assert_decision_valid, cluster, pending, running
-from tests.test_explain import After, loosen, run, verify
+from tests.engine.test_explain import After, loosen, run, verify
 
 GREEDY = SolveParams(backend="greedy", time_limit_s=2.0)
 

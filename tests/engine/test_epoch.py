@@ -15,9 +15,9 @@ from optsched.engine.state import load_state
 from optsched.instances import generate
 from optsched.predict.fallback import EstimatePredictor
 from optsched.testing import assert_decision_valid
-from tests.conftest import INSTANCES
+from tests.conftest import DATA, INSTANCES
 
-TINY = sorted(p.stem for p in (INSTANCES / "tiny").glob("*.json"))
+TINY = sorted(p.stem for p in (DATA / "tiny").glob("*.json"))
 FALLBACK = EstimatePredictor()
 
 
@@ -48,7 +48,7 @@ def test_generated_snapshots_pass_the_checker(backend: str, size: str, seed: int
 def test_same_snapshot_and_seed_give_the_same_decision(backend: str) -> None:
     # the 2 s limit's deterministic work under a wall clock no load reaches: the work budget,
     # never the machine's speed, decides (a run the net stops is the labelled greedy plan,
-    # tests/test_determinism_load.py)
+    # tests/behaviour/test_determinism_load.py)
     snap = generate("tiny", 5)
     p = params(backend).with_(time_limit_s=120.0, work_s=Budget(2.0, len(snap["jobs"])).solver_work_s)
     a = solve_epoch(snap, params=p, predictor=FALLBACK)

@@ -1,6 +1,6 @@
 """Hierarchical quotas: quota groups above the tenants (``Snapshot.groups``, ``Tenant.parent``).
 
-The hand-made tree of ``instances/tiny/quota_tree.json``::
+The hand-made tree of ``tests/data/tiny/quota_tree.json``::
 
     research (org)                 product (org)
       research.vision (team)         product.search (team)
@@ -37,8 +37,8 @@ from optsched.predict.fallback import EstimatePredictor
 from optsched.schema.decision import Decision, Loan, Start
 from optsched.schema.snapshot import GpuRef
 from optsched.testing import assert_decision_valid
-from tests.conftest import INSTANCES
-from tests.test_stability import CPSAT, GREEDY, run_epochs
+from tests.behaviour.test_stability import CPSAT, GREEDY, run_epochs
+from tests.conftest import DATA
 
 FALLBACK = EstimatePredictor()
 BACKENDS = ("greedy", "highs", "cpsat")
@@ -99,7 +99,7 @@ def test_generate_tree_keeps_the_flat_part() -> None:
 
 # ------------------------------------------------------------------------------ validation
 def _tree() -> dict[str, Any]:
-    return json.loads((INSTANCES / "tiny" / "quota_tree.json").read_text())
+    return json.loads((DATA / "tiny" / "quota_tree.json").read_text())
 
 
 @pytest.mark.parametrize(

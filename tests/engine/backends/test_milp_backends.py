@@ -18,9 +18,9 @@ from optsched.engine.state import load_state
 from optsched.instances import generate
 from optsched.predict.fallback import EstimatePredictor
 from tests.builders import epoch_problem, pending_class, running_item
-from tests.conftest import INSTANCES
+from tests.conftest import DATA
 
-TINY = sorted((INSTANCES / "tiny").glob("*.json"))
+TINY = sorted((DATA / "tiny").glob("*.json"))
 MILP_BACKENDS = ["milp", "pulp"]  # both extras are in ".[all]": never filtered away
 PRED = EstimatePredictor()
 
@@ -220,7 +220,7 @@ def _plan(d: optsched.Decision) -> str:
 
 def test_milp_is_deterministic_at_venus_size() -> None:
     # the default 1 s limit's work budget under a wall clock no load reaches (a run the net
-    # stopped would be the labelled greedy plan: tests/test_determinism_load.py)
+    # stopped would be the labelled greedy plan: tests/behaviour/test_determinism_load.py)
     snap = generate("venus", seed=0)
     work = Budget(1.0, len(snap["jobs"])).solver_work_s
     params = SolveParams(backend="milp", time_limit_s=120.0, work_s=work)
