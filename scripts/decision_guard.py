@@ -11,6 +11,7 @@ Usage: ``python scripts/decision_guard.py OUT_DIR``
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,12 +22,16 @@ from optsched.engine.state import ClusterState, parse_snapshot
 from optsched.instances import generate
 
 TIMING_KEYS = {"seconds", "stage_seconds"}
+DETERMINISTIC_TIME = re.compile(r"deterministic time [0-9.e+-]+")
+"""CP-SAT's own work figure in ``status_detail``: it varies between runs of the same model."""
 
 
 def _strip(obj: Any) -> Any:
     """The decision without wall-clock figures (they differ between any two runs)."""
     if isinstance(obj, dict):
         return {k: _strip(v) for k, v in obj.items() if k not in TIMING_KEYS}
+    if isinstance(obj, str):
+        return DETERMINISTIC_TIME.sub("deterministic time -", obj)
     if isinstance(obj, list):
         return [_strip(v) for v in obj]
     return obj
