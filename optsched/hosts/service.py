@@ -130,16 +130,18 @@ def _nodes(allocation: list[dict[str, Any]] | None) -> list[str]:
 
 
 def solve_request(body: bytes, stored_state: dict[str, Any] | None) -> dict[str, Any]:
-    """Parse, fill the assurance state, solve, check; what the service records and answers.
+    """Parse, fill the assurance state, solve; what the service records and answers.
+
+    ``solve_epoch`` passes every decision through the checker before it returns it (else it
+    raises :class:`~optsched.errors.OptschedError`), so the service does not check it again.
 
     Returns ``{"kind": "ok", "decision": {...}, "actions": [...], "plan": {...}, "seconds": s,
-    "filled": bool}`` or ``{"kind": "json" | "snapshot" | "invalid" | "engine", "error": ...}``.
+    "filled": bool}`` or ``{"kind": "json" | "snapshot" | "engine", "error": ...}``.
     """
     from optsched import (
         ClusterState,
         OptschedError,
         SnapshotError,
-        check_decision,
         parse_snapshot,
         solve_epoch,
     )
@@ -163,9 +165,6 @@ def solve_request(body: bytes, stored_state: dict[str, Any] | None) -> dict[str,
         decision = solve_epoch(state)
     except OptschedError as exc:
         return {"kind": "engine", "error": str(exc)}
-    violations = check_decision(state, decision)
-    if violations:
-        return {"kind": "invalid", "error": "; ".join(str(v) for v in violations)}
     from optsched.hosts.reasons import explain_jobs
 
     out = json.loads(decision.model_dump_json(exclude_none=True))
