@@ -757,10 +757,10 @@ class OptschedPolicy:
         return solve_epoch(state, params=params, predictor=self.predictor)
 
     def decide_event(self, snapshot: Snapshot, state: ClusterState) -> Decision:
-        """Between epochs: the engine's event path (:func:`optsched.engine.events.decide_event`),
+        """Between epochs: the engine's event path (:func:`optsched.engine.admit.decide_event`),
         or the full model when the event path cannot give a checked decision."""
+        from optsched.engine.admit import EventPathError, decide_event
         from optsched.engine.epoch import default_predictor
-        from optsched.engine.events import EventPathError, decide_event
 
         pred = self.predictor if self.predictor is not None else default_predictor()
         try:
