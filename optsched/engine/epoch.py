@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from optsched.engine import assurance as asr
+from optsched.engine.backends import DEFAULT_BACKEND as DEFAULT_BACKEND
 from optsched.engine.backends.base import WALL_CLOCK_HIT, SolveParams, SolveResult, SolveStatus
 from optsched.engine.budget import DEFAULT_TIME_LIMIT_S, MIN_SOLVER_WALL_S, WALL_CLOCK_FALLBACK, Budget
 from optsched.engine.state import ClusterState, parse_snapshot
@@ -53,14 +54,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("optsched")
 
-DEFAULT_BACKEND = "auto"
-"""The one default of the library, the CLI and the simulator: ``highs`` (HiGHS bundled with
-OR-Tools; at Venus size optimal within the default second) whenever the model fits HiGHS's work
-budget (``HIGHS_VARS_PER_WORK_S`` variables per nominal second of work), else the greedy plan,
-labelled ``fallback`` with the reason (a longer ``time_limit_s`` brings the exact model back:
-at 10,000 GPUs, ``generate --size large``, 11,300-11,700 variables need a limit of about 6.3 s;
-5 s gives a budget near 9,000). The rule reads only the model's size and the limit, never the clock, so
-the answer is reproducible at every size (``docs/benchmarks.md``)."""
 HIGHS_VARS_PER_WORK_S = 3500.0
 STATUS_RANK = {"optimal": 0, "feasible": 1, "fallback": 2}
 BOUND_TOL = 1e-6

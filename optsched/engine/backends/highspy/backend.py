@@ -34,7 +34,7 @@ from optsched.engine.backends.base import (
     SolveStatus,
     check_extra,
 )
-from optsched.engine.backends.milp.worker import ALLOWED_OPTIONS, ROOT_CHECKS_PER_S, TREE_CHECKS_PER_S
+from optsched.engine.backends.highspy.worker import ALLOWED_OPTIONS, ROOT_CHECKS_PER_S, TREE_CHECKS_PER_S
 from optsched.engine.budget import default_work_s
 from optsched.engine.formulation import build_model, from_assignment, is_feasible, solved
 from optsched.engine.problem import Assignment, EpochProblem
@@ -103,13 +103,13 @@ def _shutdown() -> None:
 def _worker() -> tuple[subprocess.Popen[bytes], Channel]:
     """The running worker, started if needed.
 
-    It is a fresh interpreter running ``python -m optsched.engine.backends.milp.worker`` (not a
+    It is a fresh interpreter running ``python -m optsched.engine.backends.highspy.worker`` (not a
     multiprocessing child), so the caller's ``__main__`` is never re-imported.
     """
     global _WORKER
     if _WORKER is None or _WORKER[0].poll() is not None:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "optsched.engine.backends.milp.worker"],
+            [sys.executable, "-m", "optsched.engine.backends.highspy.worker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -194,8 +194,8 @@ def describe_stop(payload: dict[str, Any]) -> str:
     return status
 
 
-class MilpBackend:
-    name: ClassVar[str] = "milp"
+class HighspyBackend:
+    name: ClassVar[str] = "highspy"
 
     @classmethod
     def is_available(cls) -> bool:
