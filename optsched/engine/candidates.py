@@ -399,7 +399,6 @@ def build_problem(
         kept_over=kept_over,
         deficit=deficit,
         reclaim_bonus=reclaim_bonus,
-        weights=tweights,
         objective=w,
         complete=complete,
         bound_slack=sum(-negv for negv, _, _ in shareable_jobs[MAX_GUEST_JOBS:]) if not complete else 0.0,

@@ -196,9 +196,6 @@ class DecisionBuilder:
         return out
 
     # ---------------------------------------------------------------- actions
-    def can_fit(self, job: Job) -> bool:
-        return any(self.free_count(t) >= job.gpus for t in self.state.allowed_types(job))
-
     def start(self, job: Job, *, allow_loan: bool = True, own_only: bool = False) -> bool:
         """Start ``job`` exclusively if some allowed type has room (and loans can cover it)."""
         for t in self.state.allowed_types(job):

@@ -157,14 +157,6 @@ def map_status(model_status: str, has_solution: bool) -> SolveStatus:
     return SolveStatus.ERROR
 
 
-def is_warm() -> bool:
-    """Whether the worker process is running and has HiGHS loaded."""
-    with _LOCK:
-        if _WORKER is None or _WORKER[0].poll() is not None:
-            return False
-        return _wait_ready(_WORKER[1], 0.0)
-
-
 def warm_up(wait: bool = True) -> None:
     """Start the worker process ahead of the first solve (it takes a fraction of a second);
     with ``wait``, block until it has HiGHS loaded."""
