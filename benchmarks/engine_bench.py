@@ -1,7 +1,7 @@
 """Engine benchmark: quality, backends, determinism and deadline of one epoch, in one run.
 
     python benchmarks/engine_bench.py [--quick] [--sizes venus,medium,large] [--seeds 0,1,2]
-        [--backends auto,highs,cpsat,milp,pulp,greedy] [--reference-s 60] [--parts ...]
+        [--backends auto,highs,cpsat,highspy,pulp,greedy] [--reference-s 60] [--parts ...]
         [--json runs/engine_bench.json] [--md runs/engine_bench.md] [--tree]
 
 Not part of the tests. Snapshots come from ``optsched generate --size SIZE --seed S`` (run as
@@ -61,7 +61,7 @@ from optsched.engine.state import ClusterState, parse_snapshot
 from optsched.schema.decision import Decision
 
 SIZES = ("venus", "medium", "large")
-BACKENDS = ("auto", "highs", "cpsat", "milp", "pulp", "greedy")
+BACKENDS = ("auto", "highs", "cpsat", "highspy", "pulp", "greedy")
 PARTS = ("quality", "backends", "determinism", "deadline")
 QUALITY_SEEDS = list(range(10))
 BACKEND_SEEDS = {"venus": [0, 1, 2], "medium": [0, 1, 2], "large": [0, 1]}

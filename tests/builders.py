@@ -95,7 +95,6 @@ def epoch_problem(
         "kept_over": tuple((k,) for k in (kept_over or (0,) * nk)),
         "deficit": (deficit,),
         "reclaim_bonus": 0.0,
-        "weights": (1.0,) * nk,
         # the largest best-effort gang not on loan less one (candidates stand for best effort)
         "victim_slack": (max((r.gpus - 1 for r in running_ if r.priority_victim), default=0),),
     }

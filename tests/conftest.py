@@ -36,7 +36,7 @@ def tiny() -> Callable[[str], dict[str, Any]]:
 @pytest.fixture(scope="session", autouse=True)
 def _warm_milp_worker() -> None:
     """Start the HiGHS worker process once, so its start-up is not charged to a test's deadline."""
-    if "milp" in available_backends():
-        from optsched.engine.backends.milp.backend import warm_up
+    if "highspy" in available_backends():
+        from optsched.engine.backends.highspy.backend import warm_up
 
         warm_up()

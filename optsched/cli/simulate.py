@@ -142,11 +142,10 @@ def simulate(
     require(reserve_min_gpus is None or reserve_min_gpus >= 1, "--reserve-min-gpus", "must be >= 1")
     if predictor not in ("trained", "fallback", "oracle"):
         fail("--predictor", f"unknown predictor '{predictor}' (trained, fallback, oracle)")
-    if backend != "auto":
-        from optsched.engine.backends import BACKENDS
+    from optsched.engine.backends import backend_names, is_backend_name
 
-        if backend not in BACKENDS:
-            fail("--backend", f"unknown backend '{backend}' (auto, {', '.join(BACKENDS)})")
+    if not is_backend_name(backend):
+        fail("--backend", f"unknown backend '{backend}' ({', '.join(backend_names())})")
     if lucid_dir is not None:
         from optsched.sim.profiles import LUCID_FILES, is_lucid_dir
 

@@ -23,7 +23,10 @@ def solve(
     out: Annotated[Path | None, typer.Option("-o", "--out", help="Write the decision here.")] = None,
     backend: Annotated[
         str | None,
-        typer.Option(help="auto (default: highs, greedy if too large), highs, cpsat, milp, pulp, greedy."),
+        typer.Option(
+            help="auto (default: highs, greedy if too large), highs, cpsat, highspy (alias milp), pulp, "
+            "greedy."
+        ),
     ] = None,
     time_limit: Annotated[
         float | None, typer.Option("--time-limit", help="Seconds for the whole call.")
@@ -56,10 +59,10 @@ def solve(
     if partitions not in (None, "auto") and (not partitions.isdigit() or int(partitions) < 1):
         fail("--partitions", f"a count >= 1 or auto (got '{partitions}')")
     if backend is not None:
-        from optsched.engine.backends import BACKENDS
+        from optsched.engine.backends import backend_names, is_backend_name
 
-        if backend != "auto" and backend not in BACKENDS:
-            fail("--backend", f"unknown backend '{backend}' (auto, {', '.join(BACKENDS)})")
+        if not is_backend_name(backend):
+            fail("--backend", f"unknown backend '{backend}' ({', '.join(backend_names())})")
     snap = parse_snapshot(read_text(snapshot, "snapshot"))
     state = ClusterState.from_snapshot(snap)
     if solver_config is not None:
@@ -90,9 +93,9 @@ def solve(
         pred = EstimatePredictor()
     else:
         pred = default_predictor()  # loaded before the solve's clock starts
-    if params.backend == "milp":
+    if params.backend == "highspy":
         # start the HiGHS worker process before the clock of the solve starts
-        from optsched.engine.backends.milp.backend import warm_up
+        from optsched.engine.backends.highspy.backend import warm_up
 
         warm_up()
     parts: int | str | None = partitions
@@ -106,11 +109,11 @@ def _check_preset(params: Any, path: Path) -> None:
     """A preset's values have the types and ranges ``SolveParams`` needs (exit 2 naming the key)."""
     import math
 
-    from optsched.engine.backends import BACKENDS
+    from optsched.engine.backends import backend_names, is_backend_name
 
     where = f"--solver-config: {path}"
-    if not isinstance(params.backend, str) or (params.backend != "auto" and params.backend not in BACKENDS):
-        fail(where, f"backend: unknown backend {params.backend!r} (auto, {', '.join(BACKENDS)})")
+    if not is_backend_name(params.backend):
+        fail(where, f"backend: unknown backend {params.backend!r} ({', '.join(backend_names())})")
     t = params.time_limit_s
     if isinstance(t, bool) or not isinstance(t, int | float) or not t > 0 or math.isinf(t):
         fail(where, f"time_limit_s: a number of seconds > 0, got {t!r}")

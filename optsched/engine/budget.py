@@ -4,7 +4,7 @@ A call has two budgets:
 
 * **Deterministic work**, in *nominal seconds*: a pure function of ``time_limit_s`` and of the
   snapshot's size (never of measured time). Each exact solver turns its share into its own
-  work limit (CP-SAT deterministic time, HiGHS nodes, CBC nodes, the ``milp`` worker's work
+  work limit (CP-SAT deterministic time, HiGHS nodes, CBC nodes, the ``highspy`` worker's work
   meter), so the same snapshot gives the same decision from a fresh process or a warm one, on
   an idle or a loaded machine.
 * **The wall clock**, ``time_limit_s`` from the start of the call: only a safety net. A stage

@@ -71,36 +71,144 @@ def build_problem(
     ``groups`` (job id -> label) splits classes further: jobs with different labels are never
     members of one class (the look-ahead's backfill groups, :mod:`optsched.engine.lookahead`).
     """
-    w = weights
+    sc = _scope(state, predictions, signal, weights, groups)
+    run = _running_items(sc)
+    hold = _holdings(sc, run.items)
+    pend = _pending_members(sc, hold.kept_over)
+    group_of, static_of = _elastic_members(sc, pend, hold.kept_over)
+    _elastic_growth(sc, run, pend.density)
+    pair_rows, complete = _guest_pairs(sc, predictor, run.items, pend)
+    classes, guests, reclaim_bonus = _classes(sc, pend, hold, run.max_cost, group_of, static_of, pair_rows)
+    snap = state.snapshot
+    return EpochProblem(
+        types=sc.types,
+        tenants=sc.ten_ids,
+        capacity=sc.capacity,
+        quota=sc.quota,
+        # quota a node loss freed from guaranteed jobs is held for them, not lent (node_loss)
+        lend_limit=_held_lend(state, sc.lend),
+        borrow_limit=_held_limits(borrow_limits_after_node_loss(state), state, sc.borrow),
+        pending=tuple(classes),
+        running=tuple(run.items),
+        guests=tuple(guests),
+        forced=tuple(run.forced),
+        evicted=tuple(run.evicted),
+        density=pend.density,
+        unplaceable=tuple(pend.unplaceable),
+        held_back=tuple(pend.held_back),
+        victim_slack=tuple(victim_slack(state)[t] for t in sc.types),
+        kept_over=hold.kept_over,
+        deficit=hold.deficit,
+        reclaim_bonus=reclaim_bonus,
+        objective=sc.w,
+        complete=complete,
+        bound_slack=(
+            sum(-negv for negv, _, _ in pend.shareable_jobs[MAX_GUEST_JOBS:]) if not complete else 0.0
+        ),
+        notes=tuple(_notes(state, pend, complete)),
+        preempt_cap=tuple(
+            t.preemption.max_gpus_per_epoch if t.preemption is not None else None for t in snap.tenants
+        ),
+        tree=state.tree,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Scope:
+    """The epoch's inputs and the per-type and per-tenant lookups every section reads."""
+
+    state: ClusterState
+    predictions: Predictions
+    signal: dict[str, asr.TenantAssurance]
+    w: ObjectiveWeights
+    groups: Mapping[str, str] | None
+    types: tuple[str, ...]
+    tindex: dict[str, int]
+    capacity: tuple[int, ...]
+    speeds: list[float]
+    ten_ids: tuple[str, ...]
+    quota: tuple[tuple[int, ...], ...]
+    borrow: tuple[tuple[int | None, ...], ...]
+    lend: tuple[tuple[int | None, ...], ...]
+    tweights: tuple[float, ...]
+    """Assurance-driven tenant weights."""
+    node_type: dict[str, int]
+    share_limit: dict[str, float]
+    """Per tenant: the most slowdown its hosts may take from an MPS guest."""
+    delays: dict[str, float]
+
+    @property
+    def nt(self) -> int:
+        return len(self.types)
+
+    @property
+    def nk(self) -> int:
+        return len(self.ten_ids)
+
+
+def _scope(
+    state: ClusterState,
+    predictions: Predictions,
+    signal: dict[str, asr.TenantAssurance],
+    w: ObjectiveWeights,
+    groups: Mapping[str, str] | None,
+) -> _Scope:
+    """The lookups of one epoch: types, capacity, speeds, quotas and limits, tenant weights."""
     snap = state.snapshot
     types = state.type_names
     tindex = {t: k for k, t in enumerate(types)}
     cap_map = state.capacity()
-    capacity = tuple(cap_map[t] for t in types)
-    speeds = [snap.gpu_types[t].speed for t in types]
-    max_speed, min_speed = max(speeds), min(speeds)
     ten_ids = state.tenant_ids
-    nt, nk = len(types), len(ten_ids)
-    quota = tuple(tuple(state.quota(i, t) for t in types) for i in ten_ids)
-    borrow = tuple(tuple(state.borrow_limit(i, t) for t in types) for i in ten_ids)
-    lend = tuple(tuple(state.lend_limit(i, t) for t in types) for i in ten_ids)
-    tweights = tuple(
-        asr.tenant_weight(snap.tenants[k].weight, signal[i].value) for k, i in enumerate(ten_ids)
+    return _Scope(
+        state=state,
+        predictions=predictions,
+        signal=signal,
+        w=w,
+        groups=groups,
+        types=types,
+        tindex=tindex,
+        capacity=tuple(cap_map[t] for t in types),
+        speeds=[snap.gpu_types[t].speed for t in types],
+        ten_ids=ten_ids,
+        quota=tuple(tuple(state.quota(i, t) for t in types) for i in ten_ids),
+        borrow=tuple(tuple(state.borrow_limit(i, t) for t in types) for i in ten_ids),
+        lend=tuple(tuple(state.lend_limit(i, t) for t in types) for i in ten_ids),
+        tweights=tuple(
+            asr.tenant_weight(snap.tenants[k].weight, signal[i].value) for k, i in enumerate(ten_ids)
+        ),
+        node_type={n.id: tindex[n.gpu_type] for n in snap.nodes},
+        share_limit={i: asr.max_host_slowdown(signal[i].value) for i in ten_ids},
+        delays={i: asr.max_delay(state, i)[0] for i in ten_ids},
     )
-    node_type = {n.id: tindex[n.gpu_type] for n in snap.nodes}
-    node_ok = {n.id: n.available for n in snap.nodes}
 
-    # running jobs -------------------------------------------------------------------
+
+@dataclasses.dataclass
+class _Running:
+    """The running jobs' section: the kept items, the jobs a node loss or an eviction stops,
+    the largest preemption cost, and each elastic item's own value per GPU."""
+
+    items: list[RunningItem]
+    forced: list[str]
+    evicted: list[str]
+    max_cost: float
+    own_density: dict[int, float]
+    """Elastic running item -> its fresh value per GPU."""
+
+
+def _running_items(sc: _Scope) -> _Running:
+    """Every running job as a :class:`RunningItem` (preemption cost, MPS slots, elastic steps),
+    except those on a lost node (``forced``) and guests whose host may no longer share
+    (``evicted``)."""
+    state, snap, predictions, w = sc.state, sc.state.snapshot, sc.predictions, sc.w
+    types, tweights, share_limit = sc.types, sc.tweights, sc.share_limit
     running: list[RunningItem] = []
     forced: list[str] = []
     evicted: list[str] = []
     guest_on: dict[str, int] = defaultdict(int)  # host id -> GPUs already shared
     for guest_id, its_host in state.host_of.items():
         guest_on[its_host] += state.job(guest_id).gpus
-    share_limit = {i: asr.max_host_slowdown(signal[i].value) for i in ten_ids}
     max_cost = 0.0
-    down = {n for n, ok in node_ok.items() if not ok}
-    delays = {i: asr.max_delay(state, i)[0] for i in ten_ids}
+    down = {n.id for n in snap.nodes if not n.available}
     own_density: dict[int, float] = {}  # elastic running item -> its fresh value per GPU
     for job in state.running():
         assert job.allocation is not None
@@ -112,7 +220,7 @@ def build_problem(
             evicted.append(job.id)
             continue
         k = state.tenant_index[job.tenant]
-        t = node_type[job.allocation[0].node]
+        t = sc.node_type[job.allocation[0].node]
         guest = host_id is not None
         guaranteed = job.qos == "guaranteed"
         tenant = snap.tenants[k]
@@ -139,14 +247,7 @@ def build_problem(
         step, grow_steps, shrink_steps = elastic.steps(job, candidate and not job.colocated)
         shrink = shrink_static = 0.0
         if step:
-            cw = class_weight(snap, tenant, job)
-            # both at the static weight: a start whose static worth pays for a shrink is worth
-            # more than the shrink now, so waiting never tips a job into shrinking another
-            shrink = shrink_static = cw * elastic.shrink_cost(w, tenant.weight, job, guaranteed, remaining)
-            if tenant.preemption is not None and not job.on_loan:
-                shrink_static *= 1.0 + tenant.preemption.hysteresis
-            fresh = job_value(w, tweights[k], job.gpus, guaranteed, 0.0, delays[job.tenant], remaining)
-            own_density[len(running)] = cw * fresh / job.gpus
+            shrink, shrink_static, own_density[len(running)] = _elastic_running_terms(sc, job, k, remaining)
         running.append(
             RunningItem(
                 job.id, k, t, job.gpus, job.on_loan, guest, candidate, cost, lost, slots, host=host_id,
@@ -154,7 +255,42 @@ def build_problem(
                 shrink_cost=shrink, shrink_static=shrink_static, overhead_s=job.resize_overhead_s,
             )
         )
+    return _Running(running, forced, evicted, max_cost, own_density)
 
+
+def _elastic_running_terms(sc: _Scope, job: Job, k: int, remaining: float) -> tuple[float, float, float]:
+    """An elastic running job's cost of a step of shrinking (now and static, the static one
+    with its tenant's hysteresis) and its own fresh value per GPU."""
+    snap, w = sc.state.snapshot, sc.w
+    tenant = snap.tenants[k]
+    guaranteed = job.qos == "guaranteed"
+    cw = class_weight(snap, tenant, job)
+    # both at the static weight: a start whose static worth pays for a shrink is worth
+    # more than the shrink now, so waiting never tips a job into shrinking another
+    shrink = shrink_static = cw * elastic.shrink_cost(w, tenant.weight, job, guaranteed, remaining)
+    if tenant.preemption is not None and not job.on_loan:
+        shrink_static *= 1.0 + tenant.preemption.hysteresis
+    fresh = job_value(w, sc.tweights[k], job.gpus, guaranteed, 0.0, sc.delays[job.tenant], remaining)
+    return shrink, shrink_static, cw * fresh / job.gpus
+
+
+@dataclasses.dataclass
+class _Holdings:
+    """What running jobs hold, per tenant and type, and what that leaves over quota."""
+
+    held_own: list[list[int]]
+    movable_own: list[list[int]]
+    """Of ``held_own``: priority victims."""
+    fixed: list[int]
+    """Per type: GPUs held by jobs that must keep running."""
+    kept_over: tuple[tuple[int, ...], ...]
+    deficit: tuple[int, ...]
+
+
+def _holdings(sc: _Scope, running: list[RunningItem]) -> _Holdings:
+    """GPUs held per tenant and type (all, own, movable own), those that must keep running,
+    over-quota use no lender can cover (``kept_over``) and the on-loan ``deficit``."""
+    nt, nk = sc.nt, sc.nk
     held_all = [[0] * nt for _ in range(nk)]
     held_own = [[0] * nt for _ in range(nk)]
     movable_own = [[0] * nt for _ in range(nk)]  # of held_own: priority victims
@@ -169,7 +305,9 @@ def build_problem(
                 movable_own[r.tenant][r.type] += r.gpus
         if not r.candidate:
             fixed[r.type] += r.gpus
-    kept_over, short = _over_quota(held_all, held_own, quota, borrow, lend, ten_ids, types, state.tree)
+    kept_over, short = _over_quota(
+        held_all, held_own, sc.quota, sc.borrow, sc.lend, sc.ten_ids, sc.types, sc.state.tree
+    )
     # where lenders cannot cover all on-loan use, some on-loan jobs must stop whatever starts;
     # which ones is the model's choice, so any of them may free GPUs that nothing uses
     on_loan_gpus = [0] * nt
@@ -177,8 +315,33 @@ def build_problem(
         if r.on_loan and not r.guest:
             on_loan_gpus[r.type] += r.gpus
     deficit = tuple(on_loan_gpus[t] if short[t] > 0 else 0 for t in range(nt))
+    return _Holdings(held_own, movable_own, fixed, kept_over, deficit)
 
-    # pending jobs: values, then classes -----------------------------------------------
+
+@dataclasses.dataclass
+class _Pending:
+    """The pending jobs' section: values, class members and what is set aside."""
+
+    density: dict[str, float]
+    static: dict[str, float]
+    unplaceable: list[str]
+    members: dict[ClassKey, list[tuple[float, float, str]]]
+    memory: dict[str, float]
+    shareable_jobs: list[tuple[float, str, ClassKey]]
+    unknown_classes: set[tuple[str, str]]
+    flexible: list[tuple[Job, int, float, float, str]]
+    """Elastic pending jobs: (job, tenant, value, static value, priority class)."""
+    off: set[int]
+    """Types best-effort jobs keep off (a cap-starved tenant's, and restart types)."""
+    held_back: list[str]
+
+
+def _pending_members(sc: _Scope, kept_over: tuple[tuple[int, ...], ...]) -> _Pending:
+    """Every pending job's value and static value, sorted into the members of its class (the
+    elastic ones set aside for :func:`_elastic_members`), or set aside as unplaceable or held
+    back for a cap-starved tenant's guaranteed jobs."""
+    state, snap, predictions, groups = sc.state, sc.state.snapshot, sc.predictions, sc.groups
+    types, tindex, capacity = sc.types, sc.tindex, sc.capacity
     density: dict[str, float] = {}
     static: dict[str, float] = {}
     unplaceable: list[str] = []
@@ -211,19 +374,8 @@ def build_problem(
             got = kinds[kind] = (usable, any(snap.gpu_types[types[t]].mps for t in usable))
         allowed, any_mps = got
         est = predictions.jobs[job.id]
-        d = delays[job.tenant]
         guaranteed = job.qos == "guaranteed"
-        v = job_value(w, tweights[k], job.gpus, guaranteed, snap.now - job.submit_s, d, est.runtime_s)
-        static[job.id] = job_value(w, snap.tenants[k].weight, job.gpus, guaranteed, 0.0, d, est.runtime_s)
-        pclass = ""
-        if job.priority_class is not None:
-            pclass = job.priority_class
-            tables = (snap.tenants[k].priority_classes or {}, snap.priority_classes or {})
-            if not any(pclass in table for table in tables):
-                unknown_classes.add((job.tenant, pclass))
-            cw = class_weight(snap, snap.tenants[k], job)
-            v *= cw
-            static[job.id] *= cw
+        v, static[job.id], pclass = _pending_value(sc, job, k, est.runtime_s, unknown_classes)
         density[job.id] = v / job.gpus
         if off and not guaranteed and allowed:
             allowed = tuple(t for t in allowed if t not in off)
@@ -244,12 +396,47 @@ def build_problem(
         if job.is_shareable and any_mps:
             shareable_jobs.append((-v, job.id, key))
         members[key].append((-v, job.submit_s, job.id))
+    return _Pending(
+        density, static, unplaceable, members, memory, shareable_jobs, unknown_classes, flexible, off,
+        held_back,
+    )
 
-    # elastic pending jobs: one singleton class per allowed size, grouped by the job ---------
-    rate = elastic.growth_rate(w, list(density.values()))
+
+def _pending_value(
+    sc: _Scope, job: Job, k: int, runtime_s: float, unknown_classes: set[tuple[str, str]]
+) -> tuple[float, float, str]:
+    """A pending job's value now and its static value (both scaled by its priority class's
+    weight) and its priority class ("" for none; one in no table is added to
+    ``unknown_classes``)."""
+    snap, w = sc.state.snapshot, sc.w
+    d = sc.delays[job.tenant]
+    guaranteed = job.qos == "guaranteed"
+    v = job_value(w, sc.tweights[k], job.gpus, guaranteed, snap.now - job.submit_s, d, runtime_s)
+    static = job_value(w, snap.tenants[k].weight, job.gpus, guaranteed, 0.0, d, runtime_s)
+    pclass = ""
+    if job.priority_class is not None:
+        pclass = job.priority_class
+        tables = (snap.tenants[k].priority_classes or {}, snap.priority_classes or {})
+        if not any(pclass in table for table in tables):
+            unknown_classes.add((job.tenant, pclass))
+        cw = class_weight(snap, snap.tenants[k], job)
+        v *= cw
+        static *= cw
+    return v, static, pclass
+
+
+def _elastic_members(
+    sc: _Scope, pend: _Pending, kept_over: tuple[tuple[int, ...], ...]
+) -> tuple[dict[ClassKey, str], dict[ClassKey, float]]:
+    """Each elastic pending job as one singleton class per allowed size (added to
+    ``pend.members``; one with no usable type is unplaceable): each class's job (its group)
+    and static value."""
+    state, w, groups, tindex, capacity = sc.state, sc.w, sc.groups, sc.tindex, sc.capacity
+    members, off = pend.members, pend.off
+    rate = elastic.growth_rate(w, list(pend.density.values()))
     group_of: dict[ClassKey, str] = {}
     static_of: dict[ClassKey, float] = {}
-    for job, k, v, sv, pclass in flexible:
+    for job, k, v, sv, pclass in pend.flexible:
         guaranteed = job.qos == "guaranteed"
         placed = False
         for size in elastic.start_sizes(job):
@@ -269,16 +456,32 @@ def build_problem(
             group_of[key] = job.id
             static_of[key] = elastic.static_value(job, size, sv)
         if not placed:
-            unplaceable.append(job.id)
-    if own_density:
-        low = min(density.values(), default=float("inf"))
-        for ri, own in own_density.items():
-            run = running[ri]
-            if run.grow_steps:
-                per_gpu = w.elastic_grow * min(own, low)
-                running[ri] = dataclasses.replace(run, grow_value=per_gpu * run.step)
+            pend.unplaceable.append(job.id)
+    return group_of, static_of
 
-    # guest candidates (pairs), scored for the most valuable shareable jobs --------------------
+
+def _elastic_growth(sc: _Scope, run: _Running, density: dict[str, float]) -> None:
+    """Price a step of growth of each elastic running item that may grow: its own value per
+    GPU, at most the lowest pending one, times ``elastic_grow`` (in ``run.items``)."""
+    if not run.own_density:
+        return
+    low = min(density.values(), default=float("inf"))
+    for ri, own in run.own_density.items():
+        item = run.items[ri]
+        if item.grow_steps:
+            per_gpu = sc.w.elastic_grow * min(own, low)
+            run.items[ri] = dataclasses.replace(item, grow_value=per_gpu * item.step)
+
+
+def _guest_pairs(
+    sc: _Scope, predictor: Predictor, running: list[RunningItem], pend: _Pending
+) -> tuple[dict[str, list[tuple[int, float, float, float]]], bool]:
+    """The MPS pairs (host item, value, host speed, guest speed) of the most valuable
+    shareable pending jobs, each job with pairs moved to a class of its own (in
+    ``pend.members``), and whether every shareable job was scored."""
+    state, snap, predictions, w = sc.state, sc.state.snapshot, sc.predictions, sc.w
+    types, ten_ids, tweights, share_limit = sc.types, sc.ten_ids, sc.tweights, sc.share_limit
+    members, memory, shareable_jobs = pend.members, pend.memory, pend.shareable_jobs
     hosts = sorted(
         (
             (ri, r)
@@ -289,16 +492,6 @@ def build_problem(
     )
     shareable_jobs.sort()
     complete = len(shareable_jobs) <= MAX_GUEST_JOBS or not hosts
-    notes = list(state.tree.notes)
-    notes += [
-        f"priority class '{name}' of tenant {ten} is in no priority_classes table: weight 1"
-        for ten, name in sorted(unknown_classes)
-    ]
-    if not complete:
-        notes.append(
-            f"MPS pairs scored for the {MAX_GUEST_JOBS} most valuable of {len(shareable_jobs)} "
-            "shareable pending jobs"
-        )
     pair_rows: dict[str, list[tuple[int, float, float, float]]] = {}
     for negv, jid, key in shareable_jobs[:MAX_GUEST_JOBS] if hosts else []:
         gjob = state.job(jid)
@@ -329,8 +522,41 @@ def build_problem(
             # a job with pairs of its own is a class of its own
             members[key] = [m for m in members[key] if m[2] != jid]
             members[(key[0], key[1], key[2], key[3], jid, key[5], key[6])] = [(negv, gjob.submit_s, jid)]
+    return pair_rows, complete
 
-    # classes ----------------------------------------------------------------------------
+
+def _notes(state: ClusterState, pend: _Pending, complete: bool) -> list[str]:
+    """The problem's notes: the quota tree's, unknown priority classes, and a cut of the MPS
+    pairs scored."""
+    notes = list(state.tree.notes)
+    notes += [
+        f"priority class '{name}' of tenant {ten} is in no priority_classes table: weight 1"
+        for ten, name in sorted(pend.unknown_classes)
+    ]
+    if not complete:
+        notes.append(
+            f"MPS pairs scored for the {MAX_GUEST_JOBS} most valuable of {len(pend.shareable_jobs)} "
+            "shareable pending jobs"
+        )
+    return notes
+
+
+def _classes(
+    sc: _Scope,
+    pend: _Pending,
+    hold: _Holdings,
+    max_cost: float,
+    group_of: dict[ClassKey, str],
+    static_of: dict[ClassKey, float],
+    pair_rows: dict[str, list[tuple[int, float, float, float]]],
+) -> tuple[list[PendingClass], list[GuestCandidate], float]:
+    """The pending classes (own types, reclaim bonus, cap, type bonus) in a fixed order, the
+    guest candidates of the singleton ones, and the reclaim bonus."""
+    w, signal, ten_ids, capacity, speeds = sc.w, sc.signal, sc.ten_ids, sc.capacity, sc.speeds
+    quota = sc.quota
+    members, memory, static, nt = pend.members, pend.memory, pend.static, sc.nt
+    held_own, movable_own, fixed = hold.held_own, hold.movable_own, hold.fixed
+    max_speed, min_speed = max(speeds), min(speeds)
     reclaim_bonus = 2.0 * max_cost + 1.0
     classes: list[PendingClass] = []
     guests: list[GuestCandidate] = []
@@ -378,37 +604,7 @@ def build_problem(
         )
         for ri, gv, hs, gs in pair_rows.get(single, []) if single else []:
             guests.append(GuestCandidate(ci, ri, gv + bonus, hs, gs))
-
-    return EpochProblem(
-        types=types,
-        tenants=ten_ids,
-        capacity=capacity,
-        quota=quota,
-        # quota a node loss freed from guaranteed jobs is held for them, not lent (node_loss)
-        lend_limit=_held_lend(state, lend),
-        borrow_limit=_held_limits(borrow_limits_after_node_loss(state), state, borrow),
-        pending=tuple(classes),
-        running=tuple(running),
-        guests=tuple(guests),
-        forced=tuple(forced),
-        evicted=tuple(evicted),
-        density=density,
-        unplaceable=tuple(unplaceable),
-        held_back=tuple(held_back),
-        victim_slack=tuple(victim_slack(state)[t] for t in types),
-        kept_over=kept_over,
-        deficit=deficit,
-        reclaim_bonus=reclaim_bonus,
-        weights=tweights,
-        objective=w,
-        complete=complete,
-        bound_slack=sum(-negv for negv, _, _ in shareable_jobs[MAX_GUEST_JOBS:]) if not complete else 0.0,
-        notes=tuple(notes),
-        preempt_cap=tuple(
-            t.preemption.max_gpus_per_epoch if t.preemption is not None else None for t in snap.tenants
-        ),
-        tree=state.tree,
-    )
+    return classes, guests, reclaim_bonus
 
 
 def _held_lend(

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from optsched.engine import assurance as asr
+from optsched.engine.backends import DEFAULT_BACKEND as DEFAULT_BACKEND
 from optsched.engine.backends.base import WALL_CLOCK_HIT, SolveParams, SolveResult, SolveStatus
 from optsched.engine.budget import DEFAULT_TIME_LIMIT_S, MIN_SOLVER_WALL_S, WALL_CLOCK_FALLBACK, Budget
 from optsched.engine.state import ClusterState, parse_snapshot
@@ -53,14 +54,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("optsched")
 
-DEFAULT_BACKEND = "auto"
-"""The one default of the library, the CLI and the simulator: ``highs`` (HiGHS bundled with
-OR-Tools; at Venus size optimal within the default second) whenever the model fits HiGHS's work
-budget (``HIGHS_VARS_PER_WORK_S`` variables per nominal second of work), else the greedy plan,
-labelled ``fallback`` with the reason (a longer ``time_limit_s`` brings the exact model back:
-at 10,000 GPUs, ``generate --size large``, 11,300-11,700 variables need a limit of about 6.3 s;
-5 s gives a budget near 9,000). The rule reads only the model's size and the limit, never the clock, so
-the answer is reproducible at every size (``docs/benchmarks.md``)."""
 HIGHS_VARS_PER_WORK_S = 3500.0
 STATUS_RANK = {"optimal": 0, "feasible": 1, "fallback": 2}
 BOUND_TOL = 1e-6
@@ -290,160 +283,281 @@ def _prepare(
 
 
 def _cluster_decision(ep: _Epoch, params: SolveParams, budget: Budget) -> Decision:
-    from optsched.engine.backends import get_backend
-    from optsched.engine.backends.greedy import fill, greedy_assignment, repaired
-    from optsched.engine.check import check_decision
-    from optsched.engine.lookahead import annotate, backfill, limited
+    """The cluster part's checked decision: the greedy plan, the backend's answer, then the
+    first plan of the fallback chain (:func:`_fallback_chain`) that decodes and passes the
+    checker.
 
-    # the model is solved on the capacity less the GPUs held for reservations; the backfill pass
-    # after it may use those for jobs predicted to end before the reserved gang starts
-    full, stage = ep.problem, ep.stage
-    problem = limited(full, ep.reservations)
-    held = sum(h.held for h in ep.reservations.holds)
+    The model is solved on the capacity less the GPUs held for reservations; the fill pass
+    after it may backfill those with jobs predicted to end before the reserved gang starts.
+    """
+    from optsched.engine.lookahead import limited
+
+    problem = limited(ep.problem, ep.reservations)
+    hint, greedy_value = _greedy_plan(problem, ep.stage)
+    params, auto_reason = _resolve_auto(problem, params, budget.solver_work_s)
+    result, fallback_reason = _solve(problem, params, budget, hint, greedy_value, ep.stage, auto_reason)
+    return _first_valid_decision(ep, problem, params, result, fallback_reason, hint)
+
+
+def _greedy_plan(problem: EpochProblem, stage: dict[str, float]) -> tuple[Assignment, float]:
+    """The greedy plan (the solver's hint and the first fallback) and its objective.
+
+    Never cut by the clock: the greedy plan is cheap (linear in classes) and a cut one would
+    make the answer depend on the machine's load.
+    """
+    from optsched.engine.backends.greedy import greedy_assignment
+
     t = time.monotonic()
-    # never cut by the clock: the greedy plan is cheap (linear in classes) and a cut one would
-    # make the answer depend on the machine's load
     hint = greedy_assignment(problem)
     stage["greedy"] = time.monotonic() - t
-    greedy_value = hint.objective(problem)
+    return hint, hint.objective(problem)
 
+
+def _resolve_auto(problem: EpochProblem, params: SolveParams, work: float) -> tuple[SolveParams, str | None]:
+    """``params`` with ``auto`` (:data:`DEFAULT_BACKEND`) replaced by the backend the rule
+    picks (:func:`auto_backend`), and the fallback reason when the rule picks the greedy plan."""
+    if params.backend != "auto":
+        return params, None
+    size = model_size(problem)
+    params = params.with_(backend=auto_backend(problem, work))
+    if params.backend != "greedy":
+        return params, None
+    return params, (
+        f"auto: the model ({size} variables) is larger than HiGHS's work budget at a "
+        f"{params.time_limit_s:g} s limit ({HIGHS_VARS_PER_WORK_S * work:.0f}); greedy plan "
+        "(a longer time_limit_s solves it exactly)"
+    )
+
+
+def _solve(
+    problem: EpochProblem,
+    params: SolveParams,
+    budget: Budget,
+    hint: Assignment,
+    greedy_value: float,
+    stage: dict[str, float],
+    auto_reason: str | None,
+) -> tuple[SolveResult | None, str | None]:
+    """The backend's usable answer (:func:`_usable`), or ``None`` and the reason the decision
+    falls back to the greedy plan: the greedy backend was asked for (or picked by ``auto``),
+    no wall-clock time is left, or the backend raised."""
+    from optsched.engine.backends import get_backend
+
+    if params.backend == "greedy":
+        return None, auto_reason or "greedy backend requested"
+    wall_s = budget.solver_wall_s()
+    if wall_s <= MIN_SOLVER_WALL_S:
+        return None, WALL_CLOCK_FALLBACK
+    t = time.monotonic()
     result: SolveResult | None = None
     fallback_reason: str | None = None
-    work = budget.solver_work_s
-    auto_reason = None
-    if params.backend == "auto":
-        size = model_size(problem)
-        params = params.with_(backend=auto_backend(problem, work))
-        if params.backend == "greedy":
-            auto_reason = (
-                f"auto: the model ({size} variables) is larger than HiGHS's work budget at a "
-                f"{params.time_limit_s:g} s limit ({HIGHS_VARS_PER_WORK_S * work:.0f}); greedy plan "
-                "(a longer time_limit_s solves it exactly)"
-            )
-    if params.backend == "greedy":
-        fallback_reason = auto_reason or "greedy backend requested"
-    else:
-        wall_s = budget.solver_wall_s()
-        if wall_s <= MIN_SOLVER_WALL_S:
-            fallback_reason = WALL_CLOCK_FALLBACK
-        else:
-            t = time.monotonic()
-            try:
-                result = get_backend(params.backend).solve(
-                    problem, params.with_(time_limit_s=wall_s, work_s=work), hint
-                )
-            except (OptschedError, ValueError):
-                raise
-            except Exception as exc:  # a solver crash degrades to the labelled fallback
-                log.exception("backend %s failed", params.backend)
-                fallback_reason = f"{params.backend} raised {type(exc).__name__}: {exc}"
-            stage["solve"] = time.monotonic() - t
-            if result is not None and WALL_CLOCK_HIT in result.detail:
-                # whatever the solver had found when the net stopped it depends on the machine's
-                # load: the deterministic greedy plan answers, with the one label of that case
-                log.info("%s: %s (%s)", params.backend, WALL_CLOCK_FALLBACK, result.detail)
-                fallback_reason, result = WALL_CLOCK_FALLBACK, None
-            elif result is not None and (
-                result.status not in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE) or result.assignment is None
-            ):
-                fallback_reason = f"{params.backend}: {result.status.value} ({result.detail})"
-                result = None
-            elif (
-                result is not None and result.objective is not None and result.objective < greedy_value - 1e-6
-            ):
-                # the solver's bound still bounds the greedy plan: keep the better plan, labelled
-                # with the solver's bound (a scaled objective may not tell near-ties apart)
-                result = SolveResult(
-                    status=SolveStatus.FEASIBLE,
-                    backend=result.backend,
-                    seconds=result.seconds,
-                    assignment=copy.deepcopy(hint),
-                    objective=greedy_value,
-                    bound=result.bound,
-                    detail=f"{result.detail}; its answer ({result.objective:.6g}) was below the greedy "
-                    f"plan's ({greedy_value:.6g}), which is kept",
-                )
-
-    def attempt(a: Assignment, res: SolveResult | None, reason: str | None, do_fill: bool) -> Decision:
-        from optsched.engine.decode import to_decision
-
-        notes = list(ep.notes)
-        t = time.monotonic()
-        # never cut by the deadline: a cut fill would leave startable work queued (invariant 8)
-        added = fill(problem, a) if do_fill else 0
-        if do_fill and held:
-            added += backfill(full, a, ep.reservations)
-        stage["fill"] = stage.get("fill", 0.0) + time.monotonic() - t
-        if added:
-            notes.append(f"fill pass started {added} queued job(s) that still fit")
-        if held:
-            notes.append(
-                f"{held} GPU(s) held for reservations: the plan is for the capacity without them, "
-                "then backfilled"
-            )
-        obj = a.objective(problem)
-        if res is not None:
-            proven = res.status == SolveStatus.OPTIMAL and problem.complete and added == 0 and held == 0
-            status = "optimal" if proven else "feasible"
-            bound = None if res.bound is None else res.bound + problem.bound_slack
-            if bound is not None and bound < obj - BOUND_TOL * max(1.0, abs(obj)):
-                # the last line of defence: a bound below the answer bounds nothing (the model
-                # missed plans the answer has); never report it, never call the answer optimal
-                notes.append(
-                    f"{res.backend}: its bound ({bound:.6g}) is below this answer's objective "
-                    f"({obj:.6g}), so it is no bound of the whole problem: bound dropped"
-                )
-                status, bound = "feasible", None
-        else:
-            status, bound = "fallback", None
-        gap = None if bound is None else abs(bound - obj) / max(1.0, abs(bound))
-        info = SolverInfo(
-            backend=res.backend if res is not None else "greedy",
-            seconds=0.0,
-            objective=obj,
-            bound=bound,
-            gap=gap,
-            status_detail=res.detail if res is not None else None,
-            fallback_reason=reason,
-            stage_seconds={},
-            notes=notes,
+    try:
+        result = get_backend(params.backend).solve(
+            problem, params.with_(time_limit_s=wall_s, work_s=budget.solver_work_s), hint
         )
-        d = to_decision(ep.state, problem, a, ep.predictions, ep.signal, info, status)
-        t = time.monotonic()
-        annotate(
-            ep.state, d, ep.predictions, problem.density, ep.lookahead, ep.reservations,
-            seed=params.seed, time_limit_s=params.time_limit_s,
-        )
-        stage["lookahead"] = stage.get("lookahead", 0.0) + time.monotonic() - t
-        d.pool = ep.pool
-        bad = check_decision(ep.orig or ep.state, d)
-        if bad:
-            msg = "; ".join(str(v) for v in bad[:5])
-            raise _Rejected(f"failed the checker: {msg}")
-        return d
+    except (OptschedError, ValueError):
+        raise
+    except Exception as exc:  # a solver crash degrades to the labelled fallback
+        log.exception("backend %s failed", params.backend)
+        fallback_reason = f"{params.backend} raised {type(exc).__name__}: {exc}"
+    stage["solve"] = time.monotonic() - t
+    if result is None:
+        return None, fallback_reason
+    return _usable(result, params, hint, greedy_value)
 
+
+def _usable(
+    result: SolveResult, params: SolveParams, hint: Assignment, greedy_value: float
+) -> tuple[SolveResult | None, str | None]:
+    """What of a backend's result the decision may use: ``None`` and the reason when the wall
+    clock ended its search or it has no solution; the greedy plan, labelled with the solver's
+    bound, when its answer is worse than the greedy plan; else the result itself."""
+    if WALL_CLOCK_HIT in result.detail:
+        # whatever the solver had found when the net stopped it depends on the machine's
+        # load: the deterministic greedy plan answers, with the one label of that case
+        log.info("%s: %s (%s)", params.backend, WALL_CLOCK_FALLBACK, result.detail)
+        return None, WALL_CLOCK_FALLBACK
+    if result.status not in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE) or result.assignment is None:
+        return None, f"{params.backend}: {result.status.value} ({result.detail})"
+    if result.objective is not None and result.objective < greedy_value - 1e-6:
+        # the solver's bound still bounds the greedy plan: keep the better plan, labelled
+        # with the solver's bound (a scaled objective may not tell near-ties apart)
+        return SolveResult(
+            status=SolveStatus.FEASIBLE,
+            backend=result.backend,
+            seconds=result.seconds,
+            assignment=copy.deepcopy(hint),
+            objective=greedy_value,
+            bound=result.bound,
+            detail=f"{result.detail}; its answer ({result.objective:.6g}) was below the greedy "
+            f"plan's ({greedy_value:.6g}), which is kept",
+        ), None
+    return result, None
+
+
+@dataclass
+class _Plan:
+    """One plan of the fallback chain: the assignment, the solver result it reports (``None``
+    for a fallback), its ``fallback_reason`` and what the log and the reason call it."""
+
+    assignment: Assignment
+    result: SolveResult | None
+    reason: str | None
+    what: str
+
+
+def _fallback_chain(
+    problem: EpochProblem,
+    params: SolveParams,
+    result: SolveResult | None,
+    reason: str | None,
+    hint: Assignment,
+) -> list[_Plan]:
+    """The plans a decision is tried from, in order: the backend's answer (when there is one),
+    the greedy plan, then the filled minimal plan (start nothing, stop only what must stop)."""
+    from optsched.engine.backends.greedy import repaired
+
+    chain: list[_Plan] = []
+    if result is not None and result.assignment is not None:
+        chain.append(_Plan(result.assignment, result, None, f"{params.backend} answer"))
+    chain.append(_Plan(hint, None, reason, "greedy plan"))
+    chain.append(_Plan(repaired(problem), None, reason, "filled minimal plan"))
+    return chain
+
+
+def _first_valid_decision(
+    ep: _Epoch,
+    problem: EpochProblem,
+    params: SolveParams,
+    result: SolveResult | None,
+    reason: str | None,
+    hint: Assignment,
+) -> Decision:
+    """The decision of the first plan of the fallback chain that decodes and passes the
+    checker; each failure is logged and added to the next plan's ``fallback_reason``.
+
+    Raises
+    ------
+    OptschedError
+        When every plan of the chain fails.
+    """
     t = time.monotonic()
     try:
-
-        tries: list[tuple[Assignment, SolveResult | None, str | None, str, bool]] = []
-        if result is not None and result.assignment is not None:
-            tries.append((result.assignment, result, None, f"{params.backend} answer", True))
-        tries.append((hint, None, fallback_reason, "greedy plan", True))
-        tries.append((repaired(problem), None, fallback_reason, "filled minimal plan", True))
         errors: list[str] = []
-        for a, res, reason, what, do_fill in tries:
+        for plan in _fallback_chain(problem, params, result, reason, hint):
+            why = plan.reason
+            if errors:
+                why = "; ".join(filter(None, [why, *errors]))
             try:
-                if errors:
-                    reason = "; ".join(filter(None, [reason, *errors]))
-                return attempt(a, res, reason, do_fill)
+                return _checked_decision(ep, problem, params, plan.assignment, plan.result, why)
             except Exception as exc:  # every failure of a plan falls back to the next one
                 if not isinstance(exc, _Rejected):
-                    log.exception("decoding the %s failed", what)
-                why = str(exc) if isinstance(exc, _Rejected) else f"raised {type(exc).__name__}: {exc}"
-                errors.append(f"{what} {why}")
+                    log.exception("decoding the %s failed", plan.what)
+                failed = str(exc) if isinstance(exc, _Rejected) else f"raised {type(exc).__name__}: {exc}"
+                errors.append(f"{plan.what} {failed}")
         raise OptschedError("internal error: no valid decision could be built: " + "; ".join(errors))
     finally:
-        stage["decide_and_check"] = time.monotonic() - t
+        ep.stage["decide_and_check"] = time.monotonic() - t
+
+
+def _fill_pass(ep: _Epoch, problem: EpochProblem, a: Assignment, held: int) -> tuple[int, list[str]]:
+    """Start, in ``a``, every queued job that still fits (and, with GPUs held for
+    reservations, backfill those): the number started and the notes that say so.
+
+    Never cut by the deadline: a cut fill would leave startable work queued (invariant 8).
+    """
+    from optsched.engine.backends.greedy import fill
+    from optsched.engine.lookahead import backfill
+
+    t = time.monotonic()
+    added = fill(problem, a)
+    if held:
+        added += backfill(ep.problem, a, ep.reservations)
+    ep.stage["fill"] = ep.stage.get("fill", 0.0) + time.monotonic() - t
+    notes = []
+    if added:
+        notes.append(f"fill pass started {added} queued job(s) that still fit")
+    if held:
+        notes.append(
+            f"{held} GPU(s) held for reservations: the plan is for the capacity without them, "
+            "then backfilled"
+        )
+    return added, notes
+
+
+def _status_and_bound(
+    res: SolveResult | None, problem: EpochProblem, obj: float, proven_whole: bool, notes: list[str]
+) -> tuple[str, float | None]:
+    """The decision's status and bound: ``fallback`` without a solver result; ``optimal`` only
+    when the solver proved it on the whole problem (``proven_whole``: complete model, nothing
+    filled, nothing held); a bound below the answer's objective is dropped, with a note."""
+    if res is None:
+        return "fallback", None
+    proven = res.status == SolveStatus.OPTIMAL and proven_whole
+    status = "optimal" if proven else "feasible"
+    bound = None if res.bound is None else res.bound + problem.bound_slack
+    if bound is not None and bound < obj - BOUND_TOL * max(1.0, abs(obj)):
+        # the last line of defence: a bound below the answer bounds nothing (the model
+        # missed plans the answer has); never report it, never call the answer optimal
+        notes.append(
+            f"{res.backend}: its bound ({bound:.6g}) is below this answer's objective "
+            f"({obj:.6g}), so it is no bound of the whole problem: bound dropped"
+        )
+        return "feasible", None
+    return status, bound
+
+
+def _checked_decision(
+    ep: _Epoch,
+    problem: EpochProblem,
+    params: SolveParams,
+    a: Assignment,
+    res: SolveResult | None,
+    reason: str | None,
+) -> Decision:
+    """One plan as a decision: fill pass, status and bound, decoding, look-ahead annotations,
+    then the checker against the snapshot as given.
+
+    Raises
+    ------
+    _Rejected
+        When the decision fails the checker.
+    """
+    from optsched.engine.check import check_decision
+    from optsched.engine.decode import to_decision
+    from optsched.engine.lookahead import annotate
+
+    held = sum(h.held for h in ep.reservations.holds)
+    added, fill_notes = _fill_pass(ep, problem, a, held)
+    notes = [*ep.notes, *fill_notes]
+    obj = a.objective(problem)
+    proven_whole = problem.complete and added == 0 and held == 0
+    status, bound = _status_and_bound(res, problem, obj, proven_whole, notes)
+    gap = None if bound is None else abs(bound - obj) / max(1.0, abs(bound))
+    info = SolverInfo(
+        backend=res.backend if res is not None else "greedy",
+        seconds=0.0,
+        objective=obj,
+        bound=bound,
+        gap=gap,
+        status_detail=res.detail if res is not None else None,
+        fallback_reason=reason,
+        stage_seconds={},
+        notes=notes,
+    )
+    d = to_decision(ep.state, problem, a, ep.predictions, ep.signal, info, status)
+    t = time.monotonic()
+    annotate(
+        ep.state, d, ep.predictions, problem.density, ep.lookahead, ep.reservations,
+        seed=params.seed, time_limit_s=params.time_limit_s,
+    )
+    ep.stage["lookahead"] = ep.stage.get("lookahead", 0.0) + time.monotonic() - t
+    d.pool = ep.pool
+    bad = check_decision(ep.orig or ep.state, d)
+    if bad:
+        msg = "; ".join(str(v) for v in bad[:5])
+        raise _Rejected(f"failed the checker: {msg}")
+    return d
 
 
 def _decide_pool(state: ClusterState) -> PoolDecision | None:

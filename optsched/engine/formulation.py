@@ -1,4 +1,7 @@
-r"""The one optimization model of an epoch, written once in solver-neutral linear form.
+r"""The cluster part's optimization model of an epoch, written once in solver-neutral linear form.
+
+(The look-ahead's slot model of expected starts, :mod:`optsched.engine.lookahead`, and the workflow
+planner, :mod:`optsched.engine.workflows.planner`, each build a small CP-SAT model of their own.)
 
 Every exact backend (CP-SAT, HiGHS, PuLP) translates the same :class:`LinearModel`, so they
 solve the same problem; its objective coefficients come from :mod:`optsched.engine.objective`.

@@ -1,7 +1,7 @@
 """The id-level ledger of one decision: free GPUs per node and type (:class:`Placer`: place,
 take on a node), and the loans that cover every tenant's use above quota
 (:func:`derive_loans`, quota-tree aware). Decoding (:mod:`optsched.engine.decode`), the event
-path (:mod:`optsched.engine.events`) and the partition merge
+path (:mod:`optsched.engine.admit`) and the partition merge
 (:mod:`optsched.engine.partition`) place GPUs and derive loans here, with one rule each.
 """
 

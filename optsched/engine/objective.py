@@ -1,9 +1,11 @@
 r"""The one objective of an epoch: its weights, and the one function that evaluates it.
 
 Every place that needs the objective asks this module: the linear model
-(:mod:`optsched.engine.formulation`) takes its coefficients from :func:`coefficients`, and the greedy
-plan, the fill pass, the fallback decision and the report are scored by :func:`value`, so the
-exact backends, the heuristic and ``decision.solver.objective`` measure the same quantity.
+(:mod:`optsched.engine.formulation`) takes its coefficients from the values and costs
+:mod:`optsched.engine.candidates` computes with :func:`job_value` and :func:`preemption_cost`
+and from the weights (``EpochProblem.objective``), and the greedy plan, the fill pass, the
+fallback decision and the report are scored by :func:`value`, so the exact backends, the
+heuristic and ``decision.solver.objective`` measure the same quantity.
 
 For pending class :math:`c` (interchangeable jobs, members sorted by value, see
 :mod:`optsched.engine.candidates`) starting :math:`n_{c,t}^{own}` members inside quota and
@@ -30,7 +32,7 @@ step of shrinking (:mod:`optsched.engine.elastic`).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -103,9 +105,6 @@ class ObjectiveWeights:
                 raise ValueError(f"{where}.{key}: must be a finite number >= 0, got {val!r}")
             out[key] = float(val)
         return cls(**out)
-
-    def as_dict(self) -> dict[str, float]:
-        return asdict(self)
 
 
 DEFAULT_WEIGHTS = ObjectiveWeights()

@@ -149,7 +149,6 @@ class EpochProblem:
     """Per type: where lenders can no longer cover all on-loan use, the on-loan GPUs (some of
     those jobs must be reclaimed whatever starts, so their GPUs may stay idle); else 0."""
     reclaim_bonus: float
-    weights: tuple[float, ...]
     objective: ObjectiveWeights = DEFAULT_WEIGHTS
     complete: bool = True
     """Whether the model holds every alternative of the snapshot (no guest pair was cut)."""

@@ -103,7 +103,7 @@ class SlurmConfig(_Strict):
     cluster: str = Field(default="slurm", min_length=1, description="Cluster id in the store.")
     epoch_s: float = Field(default=30.0, gt=0, description="Seconds between decisions.")
     time_limit_s: float = Field(default=1.0, gt=0, description="Solver time limit per epoch.")
-    backend: Literal["auto", "highs", "cpsat", "milp", "pulp", "greedy"] = "auto"
+    backend: Literal["auto", "highs", "cpsat", "highspy", "milp", "pulp", "greedy"] = "auto"
     store: str = Field(default="optsched-slurm.db", min_length=1, description="SQLite store path.")
     gpu_types: dict[str, GpuTypeConfig] = Field(min_length=1, description="By Slurm gres type name.")
     tenants: list[TenantConfig] = Field(min_length=1)

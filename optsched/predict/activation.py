@@ -26,7 +26,6 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
 GIB_TO_GB = 1.073741824
@@ -85,10 +84,6 @@ class ActivationPredictor:
     def default(cls) -> ActivationPredictor:
         """The shipped calibration."""
         return cls(_shipped_table())
-
-    @classmethod
-    def from_json(cls, path: str | Path) -> ActivationPredictor:
-        return cls(json.loads(Path(path).read_text()))
 
     def coeffs(self, gpu_type: str) -> TypeCoeffs:
         """Coefficients of a type; unknown names map by alias (``H100`` -> ``h100``...)."""

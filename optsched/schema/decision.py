@@ -221,7 +221,9 @@ class Reservation(_Strict):
 class SolverInfo(_Strict):
     """How the decision was computed."""
 
-    backend: str = Field(description="The backend that produced the decision (cpsat, milp, greedy, ...).")
+    backend: str = Field(
+        description="The backend that produced the decision (highs, cpsat, highspy, greedy, ...)."
+    )
     seconds: float = Field(description="Wall-clock seconds the whole decision took.")
     objective: float | None = Field(
         default=None, description="Objective value of the answer, if the backend has one."

@@ -719,10 +719,10 @@ class Options(_Strict):
         allow_inf_nan=False,
         description="Wall-clock seconds the whole decision may take (default 1).",
     )
-    backend: Literal["auto", "highs", "cpsat", "milp", "pulp", "greedy"] | None = Field(
+    backend: Literal["auto", "highs", "cpsat", "highspy", "milp", "pulp", "greedy"] | None = Field(
         default=None,
         description="Solver backend; null or auto is the engine's default rule (highs when the model fits "
-        "its work budget, else the labelled greedy plan).",
+        "its work budget, else the labelled greedy plan); milp is an alias of highspy.",
     )
     seed: int | None = Field(
         default=None, ge=0, le=MAX_SEED, strict=True, description="Random seed of the solver."

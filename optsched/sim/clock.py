@@ -48,8 +48,5 @@ class EventQueue:
     def pop(self) -> Event:
         return heapq.heappop(self._heap)
 
-    def peek_time(self) -> float | None:
-        return self._heap[0].time if self._heap else None
-
     def __len__(self) -> int:
         return len(self._heap)

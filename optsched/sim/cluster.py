@@ -108,7 +108,7 @@ class SimConfig:
     events: bool = True
     """Decide at every arrival and completion instant (no minimum gap; ``trigger`` and
     ``min_gap_s`` are then unused): a policy with ``decide_event`` (optsched: the event path,
-    :func:`optsched.engine.events.decide_event`) uses it there and its full ``decide`` at
+    :func:`optsched.engine.admit.decide_event`) uses it there and its full ``decide`` at
     epoch ticks; the other policies use ``decide`` at both."""
     mode: str = "pooled"
     """``pooled`` (tenants borrow idle quota of others) or ``partitioned`` (every tenant's

@@ -36,7 +36,6 @@ Percentiles use numpy's default (linear) interpolation.
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -290,12 +289,3 @@ def aggregate(runs: list[dict[str, float]]) -> dict[str, Any]:
             "per_seed": vals,
         }
     return out
-
-
-def tenant_totals(logs: list[EventLog]) -> dict[str, float]:
-    """GPU-hours per tenant over several logs (for plots)."""
-    tot: dict[str, float] = defaultdict(float)
-    for log in logs:
-        for ten, row in per_tenant(log).items():
-            tot[ten] += row["gpu_hours"]
-    return dict(tot)

@@ -196,9 +196,6 @@ class DecisionBuilder:
         return out
 
     # ---------------------------------------------------------------- actions
-    def can_fit(self, job: Job) -> bool:
-        return any(self.free_count(t) >= job.gpus for t in self.state.allowed_types(job))
-
     def start(self, job: Job, *, allow_loan: bool = True, own_only: bool = False) -> bool:
         """Start ``job`` exclusively if some allowed type has room (and loans can cover it)."""
         for t in self.state.allowed_types(job):
@@ -757,10 +754,10 @@ class OptschedPolicy:
         return solve_epoch(state, params=params, predictor=self.predictor)
 
     def decide_event(self, snapshot: Snapshot, state: ClusterState) -> Decision:
-        """Between epochs: the engine's event path (:func:`optsched.engine.events.decide_event`),
+        """Between epochs: the engine's event path (:func:`optsched.engine.admit.decide_event`),
         or the full model when the event path cannot give a checked decision."""
+        from optsched.engine.admit import EventPathError, decide_event
         from optsched.engine.epoch import default_predictor
-        from optsched.engine.events import EventPathError, decide_event
 
         pred = self.predictor if self.predictor is not None else default_predictor()
         try:

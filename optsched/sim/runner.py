@@ -13,7 +13,6 @@ import gzip
 import io
 import json
 import math
-import os
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -196,10 +195,6 @@ def summary(results: list[tuple[RunSpec, dict[str, float], dict[str, dict[str, f
         out["guarantee"] = asdict(first.guarantee)
         out["max_jobs"] = first.max_jobs
     return out
-
-
-def default_workers() -> int:
-    return max(1, min(os.cpu_count() or 1, 8))
 
 
 def clean(obj: Any) -> Any:

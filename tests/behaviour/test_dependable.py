@@ -41,7 +41,7 @@ def solve(snap: Any, backend: str, limit: float = 2.0) -> tuple[ClusterState, De
 
 def test_every_backend_is_installed() -> None:
     # ".[all,test]" installs every extra: a missing backend is an install problem, not a skip
-    assert {"highs", "cpsat", "milp", "pulp", "greedy"} <= set(BACKENDS)
+    assert {"highs", "cpsat", "highspy", "pulp", "greedy"} <= set(BACKENDS)
 
 
 # --- determinism at Venus size from fresh processes --------------------------------------------

@@ -13,9 +13,9 @@ import pytest
 
 from optsched import solve_epoch
 from optsched.cli import main
+from optsched.engine.admit import decide_event
 from optsched.engine.backends.base import SolveParams
 from optsched.engine.check import check_decision
-from optsched.engine.events import decide_event
 from optsched.engine.state import ClusterState, load_state
 from optsched.predict.fallback import EstimatePredictor
 from optsched.schema.decision import Decision, Start

@@ -80,7 +80,7 @@ def test_a_tiny_time_limit_gives_a_labelled_valid_fallback(backend: str) -> None
 
 def test_milp_is_abandoned_at_the_deadline_when_highs_overshoots(monkeypatch: pytest.MonkeyPatch) -> None:
     """A HiGHS worker that never answers is killed; the engine answers with the fallback."""
-    from optsched.engine.backends.milp import backend as milp
+    from optsched.engine.backends.highspy import backend as milp
 
     monkeypatch.setattr(milp, "KILL_GRACE_S", 0.0)
     real_worker = milp._worker

@@ -1,4 +1,4 @@
-"""The event path (optsched.engine.events.decide_event): hand-checked small snapshots."""
+"""The event path (optsched.engine.admit.decide_event): hand-checked small snapshots."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
+from optsched.engine.admit import EVENT_BACKEND, EventPathError, decide_event, event_order
 from optsched.engine.check import check_decision
-from optsched.engine.events import EVENT_BACKEND, EventPathError, decide_event, event_order
 from optsched.engine.state import ClusterState
 from optsched.schema.snapshot import Snapshot
 from optsched.testing import cluster, pending, running
@@ -173,10 +173,10 @@ def test_deterministic() -> None:
 
 
 def test_checker_failure_raises(monkeypatch: pytest.MonkeyPatch) -> None:
-    from optsched.engine import events
+    from optsched.engine import admit
     from optsched.engine.violations import Violation
 
-    monkeypatch.setattr(events, "check_decision", lambda st, d: [Violation(5, "forced")])
+    monkeypatch.setattr(admit, "check_decision", lambda st, d: [Violation(5, "forced")])
     snap = two_nodes()
     snap["jobs"] = [pending("j1", "a", 1, submit_s=9_000.0)]
     with pytest.raises(EventPathError, match="forced"):

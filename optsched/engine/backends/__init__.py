@@ -1,7 +1,10 @@
 """Solver backends, registered by lazy import path.
 
 ``get_backend(name)`` imports on demand; ``available_backends()`` lists those whose optional
-dependencies are installed.
+dependencies are installed. Two backends run HiGHS: ``highs`` (the build bundled with OR-Tools,
+in-process, the default rule's exact backend) and ``highspy`` (the separate ``highspy`` build,
+which clashes with OR-Tools in one interpreter, so it runs in a worker process). ``milp``, the
+older name of ``highspy``, is accepted wherever a backend is named (:mod:`.names`).
 """
 
 from __future__ import annotations
@@ -9,12 +12,15 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from optsched.engine.backends.names import ALIASES as ALIASES
+from optsched.engine.backends.names import DEFAULT_BACKEND as DEFAULT_BACKEND
+from optsched.engine.backends.names import canonical_backend as canonical_backend
 from optsched.errors import BackendUnavailableError
 
 BACKENDS: dict[str, str] = {
     "highs": "optsched.engine.backends.highs:HighsBackend",
     "cpsat": "optsched.engine.backends.cpsat.backend:CpSatBackend",
-    "milp": "optsched.engine.backends.milp.backend:MilpBackend",
+    "highspy": "optsched.engine.backends.highspy.backend:HighspyBackend",
     "greedy": "optsched.engine.backends.greedy:GreedyBackend",
     "pulp": "optsched.engine.backends.pulp.backend:PulpBackend",
 }
@@ -22,19 +28,30 @@ BACKENDS: dict[str, str] = {
 _EXTRA = {
     "cpsat": "ortools (core dependency)",
     "highs": "ortools (core dependency; HiGHS is bundled with it)",
-    "milp": "the 'milp' extra: pip install optsched[milp]",
+    "highspy": "the 'milp' extra: pip install optsched[milp]",
     "pulp": "the 'pulp' extra: pip install optsched[pulp]",
 }
 
+def is_backend_name(name: object) -> bool:
+    """Whether ``name`` may be asked for: ``auto`` (:data:`DEFAULT_BACKEND`), a key of
+    :data:`BACKENDS` or an alias."""
+    return isinstance(name, str) and (name == DEFAULT_BACKEND or canonical_backend(name) in BACKENDS)
+
+
+def backend_names() -> list[str]:
+    """Every name :func:`is_backend_name` accepts, ``auto`` first, aliases last (for messages)."""
+    return [DEFAULT_BACKEND, *BACKENDS, *ALIASES]
+
 
 def get_backend(name: str) -> Any:
-    """An instance of the backend called ``name``.
+    """An instance of the backend called ``name`` (a key of :data:`BACKENDS` or an alias).
 
     Raises
     ------
     BackendUnavailableError
         When the name is unknown or its dependency is not installed.
     """
+    name = canonical_backend(name)
     if name not in BACKENDS:
         raise BackendUnavailableError(f"unknown backend '{name}' (known: {sorted(BACKENDS)})")
     module, cls_name = BACKENDS[name].split(":")

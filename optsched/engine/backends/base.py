@@ -8,6 +8,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+from optsched.engine.backends.names import DEFAULT_BACKEND, canonical_backend
 from optsched.engine.objective import ObjectiveWeights
 
 if TYPE_CHECKING:
@@ -39,9 +40,12 @@ class SolveParams:
     """Backend-neutral knobs plus a backend-specific ``extra`` dict.
 
     ``time_limit_s`` is a hard promise for the whole :func:`~optsched.solve_epoch` call.
+    ``backend`` is a backend's name, ``auto`` (the default rule,
+    :data:`~optsched.engine.backends.DEFAULT_BACKEND`) or an alias, stored as the backend it
+    names (``milp`` becomes ``highspy``).
     """
 
-    backend: str = "cpsat"
+    backend: str = DEFAULT_BACKEND
     time_limit_s: float = 1.0
     seed: int = 0
     num_workers: int = 1
@@ -53,6 +57,9 @@ class SolveParams:
     exact backend turns it into its own work limit (CP-SAT deterministic time, HiGHS nodes or
     iterations), so the answer does not depend on the machine's load. ``time_limit_s`` stays
     the wall-clock safety net. ``None``: the backend stops on the wall clock only."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "backend", canonical_backend(self.backend))
 
     @classmethod
     def from_toml(cls, path: str | Path) -> SolveParams:

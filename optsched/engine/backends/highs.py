@@ -1,7 +1,7 @@
 """HiGHS through OR-Tools MathOpt: the default exact backend, in-process and deterministic.
 
 OR-Tools bundles HiGHS, so this backend needs no extra package and no worker process (the
-separate ``highspy`` build clashes with OR-Tools' symbols in one interpreter; the ``milp``
+separate ``highspy`` build clashes with OR-Tools' symbols in one interpreter; the ``highspy``
 backend runs it in a worker process instead). It translates the same neutral
 :class:`~optsched.engine.formulation.LinearModel` as every other exact backend.
 

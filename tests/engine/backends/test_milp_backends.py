@@ -1,4 +1,5 @@
-"""The two MILP backends, ``milp`` (HiGHS in a worker process) and ``pulp`` (CBC through PuLP):
+"""The two MILP backends, ``highspy`` (HiGHS in a worker process; ``milp`` is its alias) and
+``pulp`` (CBC through PuLP):
 valid decisions on the hand-made instances, the same optimum as CP-SAT, each constraint family
 of the neutral model on a hand-built problem, determinism, and the labelled fallback."""
 
@@ -21,7 +22,7 @@ from tests.builders import epoch_problem, pending_class, running_item
 from tests.conftest import DATA
 
 TINY = sorted((DATA / "tiny").glob("*.json"))
-MILP_BACKENDS = ["milp", "pulp"]  # both extras are in ".[all]": never filtered away
+MILP_BACKENDS = ["highspy", "pulp"]  # both extras are in ".[all]": never filtered away
 PRED = EstimatePredictor()
 
 
@@ -225,7 +226,7 @@ def test_milp_is_deterministic_at_venus_size() -> None:
     work = Budget(1.0, len(snap["jobs"])).solver_work_s
     params = SolveParams(backend="milp", time_limit_s=120.0, work_s=work)
     first, second = (optsched.solve_epoch(snap, params=params, predictor=PRED) for _ in range(2))
-    assert first.solver.fallback_reason is None and first.solver.backend == "milp"
+    assert first.solver.fallback_reason is None and first.solver.backend == "highspy"
     assert first.start == second.start and first.preempt == second.preempt
     assert first.loans == second.loans
     assert _plan(first) == _plan(second)
@@ -247,3 +248,19 @@ def test_a_backend_that_raises_gives_the_labelled_fallback(name: str, monkeypatc
     reason = d.solver.fallback_reason or ""
     assert name in reason and "RuntimeError" in reason and "solver exploded" in reason
     assert check_decision(state, d) == []
+
+
+def test_milp_is_an_alias_of_highspy() -> None:
+    from optsched.engine.backends import get_backend, is_backend_name
+
+    assert SolveParams(backend="milp").backend == "highspy"
+    assert SolveParams(backend="cpsat").with_(backend="milp").backend == "highspy"
+    assert get_backend("milp").name == "highspy"
+    assert all(is_backend_name(n) for n in ("auto", "highs", "highspy", "milp"))
+    assert not is_backend_name("highs_py")
+
+
+def test_solve_params_default_to_the_default_rule() -> None:
+    from optsched.engine.epoch import DEFAULT_BACKEND
+
+    assert SolveParams().backend == DEFAULT_BACKEND == "auto"

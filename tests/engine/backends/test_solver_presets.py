@@ -37,7 +37,7 @@ def test_unknown_key_is_named(tmp_path: Path) -> None:
         SolveParams.from_toml(p)
 
 
-@pytest.mark.parametrize("name", ["cpsat", "milp", "pulp"])
+@pytest.mark.parametrize("name", ["cpsat", "highspy", "pulp"])
 def test_unknown_native_option_is_named(name: str) -> None:
     assert name in available_backends()
     params = SolveParams(backend=name, time_limit_s=1.0, extra={"max_tim": 3})

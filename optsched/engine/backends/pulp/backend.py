@@ -16,7 +16,7 @@ random seed (``randomCbcSeed = params.seed + 1``: CBC reads 0 as "seed from the 
 gap allows (``objective * (1 + gapRel)``), a feasible one none. A solver without a node limit
 stops on the wall clock only, and ``detail`` says that too. ``HiGHS`` (PuLP's in-process
 highspy interface) is refused: highspy and OR-Tools cannot share an interpreter; use the
-``milp`` backend or ``HiGHS_CMD``.
+``highspy`` backend or ``HiGHS_CMD``.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ constructor (each only if that class takes it)."""
 GENERIC_KEYS = {"msg", "threads", "gapRel", "gapAbs", "warmStart"}
 """Keys every PuLP solver takes, also those whose constructor only has ``**kwargs``."""
 REFUSED_SOLVERS = {
-    "HiGHS": "highspy cannot share an interpreter with OR-Tools; use backend 'milp' or 'HiGHS_CMD'"
+    "HiGHS": "highspy cannot share an interpreter with OR-Tools; use backend 'highspy' or 'HiGHS_CMD'"
 }
 NODES_PER_S = 800.0
 """Branch-and-bound nodes per nominal second. Calibrated with CBC 2.10 (PuLP 3.3's binary, one

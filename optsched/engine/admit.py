@@ -1,4 +1,4 @@
-"""The event path: a fast, incremental decision between epochs.
+"""Between-epoch admission (the event path): a fast, incremental decision between epochs.
 
 Real schedulers admit a job the moment it arrives when it fits (Kueue admits in-quota workloads
 at once). :func:`decide_event` is that admission step for optsched: on an arrival or a

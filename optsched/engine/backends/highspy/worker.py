@@ -85,7 +85,7 @@ class WorkMeter:
 
 
 def solve_arrays(job: dict[str, Any]) -> dict[str, Any]:
-    """Solve one maximisation MILP given as plain arrays (see ``MilpBackend``)."""
+    """Solve one maximisation MILP given as plain arrays (see ``HighspyBackend``)."""
     import highspy
     import numpy as np
 

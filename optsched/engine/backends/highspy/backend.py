@@ -34,7 +34,7 @@ from optsched.engine.backends.base import (
     SolveStatus,
     check_extra,
 )
-from optsched.engine.backends.milp.worker import ALLOWED_OPTIONS, ROOT_CHECKS_PER_S, TREE_CHECKS_PER_S
+from optsched.engine.backends.highspy.worker import ALLOWED_OPTIONS, ROOT_CHECKS_PER_S, TREE_CHECKS_PER_S
 from optsched.engine.budget import default_work_s
 from optsched.engine.formulation import build_model, from_assignment, is_feasible, solved
 from optsched.engine.problem import Assignment, EpochProblem
@@ -103,13 +103,13 @@ def _shutdown() -> None:
 def _worker() -> tuple[subprocess.Popen[bytes], Channel]:
     """The running worker, started if needed.
 
-    It is a fresh interpreter running ``python -m optsched.engine.backends.milp.worker`` (not a
+    It is a fresh interpreter running ``python -m optsched.engine.backends.highspy.worker`` (not a
     multiprocessing child), so the caller's ``__main__`` is never re-imported.
     """
     global _WORKER
     if _WORKER is None or _WORKER[0].poll() is not None:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "optsched.engine.backends.milp.worker"],
+            [sys.executable, "-m", "optsched.engine.backends.highspy.worker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -157,14 +157,6 @@ def map_status(model_status: str, has_solution: bool) -> SolveStatus:
     return SolveStatus.ERROR
 
 
-def is_warm() -> bool:
-    """Whether the worker process is running and has HiGHS loaded."""
-    with _LOCK:
-        if _WORKER is None or _WORKER[0].poll() is not None:
-            return False
-        return _wait_ready(_WORKER[1], 0.0)
-
-
 def warm_up(wait: bool = True) -> None:
     """Start the worker process ahead of the first solve (it takes a fraction of a second);
     with ``wait``, block until it has HiGHS loaded."""
@@ -194,8 +186,8 @@ def describe_stop(payload: dict[str, Any]) -> str:
     return status
 
 
-class MilpBackend:
-    name: ClassVar[str] = "milp"
+class HighspyBackend:
+    name: ClassVar[str] = "highspy"
 
     @classmethod
     def is_available(cls) -> bool:

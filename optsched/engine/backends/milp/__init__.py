@@ -1,1 +1,0 @@
-"""HiGHS MILP backend (the ``milp`` extra)."""
