@@ -111,6 +111,7 @@ def simulate(
 ) -> None:
     """Replay a trace under several policies and seeds; write summary.json, the summary.md
     report (optsched.sim.report), plots."""
+    from optsched.schema.limits import MAX_TIME_LIMIT_S
     from optsched.sim.cluster import SimConfig
     from optsched.sim.runner import RunSpec, clean
     from optsched.sim.trace import GuaranteeRule
@@ -130,6 +131,7 @@ def simulate(
         fail("--load-scale", "must be a positive number")
     _positive(epoch_s, "--epoch-s")
     _positive(time_limit_s, "--time-limit-s")
+    require(time_limit_s <= MAX_TIME_LIMIT_S, "--time-limit-s", f"at most {MAX_TIME_LIMIT_S:g} seconds")
     _positive(qos_delay_s, "--qos-delay-s")
     for value, name in ((min_gap_s, "--min-gap-s"), (checkpoint_s, "--checkpoint-s"),
                         (restart_overhead_s, "--restart-overhead-s")):

@@ -47,6 +47,7 @@ def solve(
     from optsched.engine.backends.base import SolveParams
     from optsched.engine.epoch import resolve_params, solve_epoch
     from optsched.engine.state import ClusterState, parse_snapshot
+    from optsched.schema.limits import MAX_TIME_LIMIT_S
 
     # every path and option is checked before the snapshot is read or anything solved
     check_out_file(out, "--out")
@@ -54,8 +55,8 @@ def solve(
         check_input_file(solver_config, "--solver-config")
     if predictor not in ("trained", "fallback"):
         fail("--predictor", f"unknown predictor '{predictor}' (trained, fallback)")
-    if time_limit is not None and not time_limit > 0:
-        fail("--time-limit", "must be > 0")
+    if time_limit is not None and not 0 < time_limit <= MAX_TIME_LIMIT_S:
+        fail("--time-limit", f"must be > 0 and at most {MAX_TIME_LIMIT_S:g} seconds (got {time_limit:g})")
     if partitions not in (None, "auto") and (not partitions.isdigit() or int(partitions) < 1):
         fail("--partitions", f"a count >= 1 or auto (got '{partitions}')")
     if backend is not None:
@@ -107,16 +108,15 @@ def solve(
 
 def _check_preset(params: Any, path: Path) -> None:
     """A preset's values have the types and ranges ``SolveParams`` needs (exit 2 naming the key)."""
-    import math
-
     from optsched.engine.backends import backend_names, is_backend_name
+    from optsched.schema.limits import MAX_TIME_LIMIT_S
 
     where = f"--solver-config: {path}"
     if not is_backend_name(params.backend):
         fail(where, f"backend: unknown backend {params.backend!r} ({', '.join(backend_names())})")
     t = params.time_limit_s
-    if isinstance(t, bool) or not isinstance(t, int | float) or not t > 0 or math.isinf(t):
-        fail(where, f"time_limit_s: a number of seconds > 0, got {t!r}")
+    if isinstance(t, bool) or not isinstance(t, int | float) or not 0 < t <= MAX_TIME_LIMIT_S:
+        fail(where, f"time_limit_s: a number of seconds > 0, got {t!r} (at most {MAX_TIME_LIMIT_S:g})")
     for key, low in (("seed", 0), ("num_workers", 1)):
         v = getattr(params, key)
         if isinstance(v, bool) or not isinstance(v, int) or v < low:

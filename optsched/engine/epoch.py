@@ -186,6 +186,7 @@ def _solve_epoch(
         snap = snapshot if isinstance(snapshot, Snapshot) else parse_snapshot(snapshot)
         state = ClusterState.from_snapshot(snap)
     params = resolve_params(state.snapshot, params)
+    params.check()
     stage["validate"] = time.monotonic() - t0
     has_wf = state.snapshot.workflows is not None and bool(state.snapshot.workflows.sessions)
     split_note = None

@@ -82,6 +82,32 @@ class SolveParams:
     def with_(self, **changes: Any) -> SolveParams:
         return replace(self, **changes)
 
+    def check(self) -> None:
+        """The time knobs are numbers the backends can turn into limits: ``time_limit_s`` in
+        ``(0, MAX_TIME_LIMIT_S]`` (the bound ``options.time_limit_s`` has), ``work_s`` ``None`` or
+        finite and ``>= 0``. An infinite or huge limit overflowed the backends' node and
+        iteration limits and ``select`` timeouts (a traceback, then the greedy plan).
+
+        Raises
+        ------
+        ValueError
+            Naming the knob and the value.
+        """
+        from optsched.schema.limits import MAX_TIME_LIMIT_S
+
+        t = self.time_limit_s
+        if isinstance(t, bool) or not isinstance(t, int | float) or not 0 < t <= MAX_TIME_LIMIT_S:
+            raise ValueError(
+                f"time_limit_s: a number of seconds > 0, got {t!r} (at most {MAX_TIME_LIMIT_S:g})"
+            )
+        w = self.work_s
+        if w is not None and (
+            isinstance(w, bool) or not isinstance(w, int | float) or not 0 <= w <= MAX_TIME_LIMIT_S
+        ):
+            raise ValueError(
+                f"work_s: None or a number of seconds >= 0 and <= {MAX_TIME_LIMIT_S:g}, got {w!r}"
+            )
+
 
 def check_extra(extra: dict[str, Any], allowed: set[str], backend: str) -> None:
     """Reject a backend-specific option the backend does not know, naming it.
