@@ -105,7 +105,7 @@ def _experiment(
     names, seed_list = _names(policies), _ints(seeds)
     from optsched.engine.workflows.planner import PlannerConfig
     from optsched.sim.workflows.experiment import Experiment
-    from optsched.sim.workflows.sim import SimConfig
+    from optsched.sim.workflows.sim import WorkflowSimConfig
 
     if arrivals == "azure-code":
         traces = _traces_dir(traces)
@@ -117,7 +117,7 @@ def _experiment(
         sessions=sessions,
         window_s=window_s,
         traces=traces,
-        sim=SimConfig(
+        sim=WorkflowSimConfig(
             epoch_s=epoch_s, loader=loader, load_speedup=load_speedup, planner_time_s=planner_time_s
         ),
         planner=PlannerConfig(window=window),
@@ -265,7 +265,7 @@ def offline(
     """Small noise-free cases: each policy's makespan against the CP-SAT offline optimum."""
     from optsched.sim.workflows.baselines import get_policy
     from optsched.sim.workflows.offline import offline_bound
-    from optsched.sim.workflows.sim import SimConfig, Simulator
+    from optsched.sim.workflows.sim import WorkflowSimConfig, WorkflowSimulator
     from optsched.sim.workflows.workloads import arrivals as make_arrivals
     from optsched.sim.workflows.workloads import make_sessions
 
@@ -275,7 +275,7 @@ def offline(
     require(window_s > 0, "--window-s", "must be > 0")
     require(time_limit_s > 0, "--time-limit-s", "must be > 0")
     names, seed_list = _names(policies), _ints(seeds)
-    cfg = SimConfig(
+    cfg = WorkflowSimConfig(
         type_sigma=0.0, unit_sigma=0.0, load_sigma=0.0, pool=(("h100", 1), ("a100", 1), ("l40s", 1))
     )
     _console().print("| seed | offline best | offline bound | " + " | ".join(names) + " |")
@@ -283,7 +283,10 @@ def offline(
     for seed in seed_list:
         ss = make_sessions(scenario, list(make_arrivals("bursty", sessions, window_s, seed)), seed)
         ob = offline_bound(ss, config=cfg, time_limit_s=time_limit_s, seed=seed)
-        mks = [Simulator(ss, get_policy(n), name=n, seed=seed, config=cfg).run().makespan_s for n in names]
+        mks = [
+            WorkflowSimulator(ss, get_policy(n), name=n, seed=seed, config=cfg).run().makespan_s
+            for n in names
+        ]
         cells = " | ".join(f"{m:.1f} ({m / ob.bound_s:.3f})" for m in mks)
         _console().print(f"| {seed} | {ob.makespan_s:.1f} | {ob.bound_s:.1f} | {cells} |")
 

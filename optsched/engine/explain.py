@@ -85,7 +85,7 @@ _RANK = {
 """Among types as many GPUs short, the one whose binding is easiest to lift first."""
 
 
-class _Ledger:
+class _Outcome:
     """The cluster as the decision leaves it, summed once: what every explanation reads."""
 
     def __init__(
@@ -381,7 +381,7 @@ def explain(
     the starts (and the running jobs, for a reclaim) plus a few operations per kind and
     preemption.
     """
-    led = _Ledger(state, starts, use, loans, rank)
+    led = _Outcome(state, starts, use, loans, rank)
     per_kind: dict[Kind, Explanation] = {}
     for kind in dict.fromkeys(kind_of):
         ten, g, types, mem = kind
@@ -472,7 +472,7 @@ def explain_decision(
     return out
 
 
-def _explain_resized(led: _Ledger, rz: Resize) -> Explanation:
+def _explain_resized(led: _Outcome, rz: Resize) -> Explanation:
     """Why an elastic job grows or shrinks, and who takes the GPUs a shrink gives up."""
     st = led.state
     job = st.job(rz.job)
@@ -529,7 +529,7 @@ def _idle_text(f: TypeFit, ten: str) -> str:
     return f"its tenant {ten} has no idle quota (quota {f.quota}, uses {f.use}{on_loan}{lends})"
 
 
-def _fit_text(led: _Ledger, f: TypeFit, ten: str, g: int) -> str:
+def _fit_text(led: _Outcome, f: TypeFit, ten: str, g: int) -> str:
     t, b = f.gpu_type, f.binding
     if b == "type_unavailable":
         return f"'{t}': no GPU of this type is on an available node"
@@ -591,7 +591,7 @@ def _memory_text(t: str, has: float, mem: float) -> str:
 
 
 def _explain_queued(
-    led: _Ledger, ten: str, g: int, allowed: tuple[str, ...], mem: float | None = None
+    led: _Outcome, ten: str, g: int, allowed: tuple[str, ...], mem: float | None = None
 ) -> Explanation:
     """``allowed`` are the job's declared types; those whose GPUs have less memory than ``mem``
     (its stated memory per GPU) bind on ``gpu_memory``, whatever their numbers."""
@@ -699,7 +699,7 @@ def explain_held_back(
 
 
 def _explain_preempted(
-    led: _Ledger,
+    led: _Outcome,
     pr: Preempt,
     stopped: dict[str, Preempt],
     evicted: set[str],

@@ -269,13 +269,13 @@ def run_sweep(
 
 def _workflow_replay(exp: Experiment, name: str, seed: int) -> SimResult:
     from optsched.sim.workflows.baselines import get_policy
-    from optsched.sim.workflows.sim import Simulator
+    from optsched.sim.workflows.sim import WorkflowSimulator
     from optsched.sim.workflows.workloads import arrivals, make_sessions
 
     arr = arrivals(exp.arrivals, exp.sessions, exp.window_s, seed, exp.traces)
     sessions = make_sessions(exp.scenario, list(arr), seed)
     pol = get_policy(name, planner_config=exp.planner)
-    return Simulator(sessions, pol, name=name, seed=seed, config=exp.sim).run()
+    return WorkflowSimulator(sessions, pol, name=name, seed=seed, config=exp.sim).run()
 
 
 def run_workflow_experiment(

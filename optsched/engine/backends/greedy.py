@@ -28,7 +28,7 @@ from optsched.engine.formulation import PAY_SCALE
 from optsched.engine.problem import Assignment, EpochProblem
 
 
-class _Ledger:
+class _Tally:
     """Per-type capacity and per-tenant use, kept in step with the assignment."""
 
     def __init__(self, p: EpochProblem, a: Assignment | None = None) -> None:
@@ -145,7 +145,7 @@ class _Ledger:
         return self.free[t] >= 0 and self.pool(t) >= 0 and self.borrow_ok(i, t)
 
 
-def _try_start(ledger: _Ledger, p: EpochProblem, c: int, own_only: bool = False) -> tuple[int, bool] | None:
+def _try_start(ledger: _Tally, p: EpochProblem, c: int, own_only: bool = False) -> tuple[int, bool] | None:
     cls = p.pending[c]
     order = sorted(range(len(cls.types)), key=lambda k: (-cls.type_bonus[k], cls.types[k]))
     for k in order:
@@ -161,7 +161,7 @@ def _try_start(ledger: _Ledger, p: EpochProblem, c: int, own_only: bool = False)
     return None
 
 
-def _preempt(ledger: _Ledger, p: EpochProblem, r: int, sign: int = 1) -> None:
+def _preempt(ledger: _Tally, p: EpochProblem, r: int, sign: int = 1) -> None:
     run = p.running[r]
     if not run.guest:
         ledger.apply(run.tenant, run.type, run.gpus, not run.on_loan, sign=-sign)
@@ -169,7 +169,7 @@ def _preempt(ledger: _Ledger, p: EpochProblem, r: int, sign: int = 1) -> None:
         ledger.freed[run.type] += sign * run.gpus
 
 
-def _resize(ledger: _Ledger, p: EpochProblem, r: int, d: int) -> None:
+def _resize(ledger: _Tally, p: EpochProblem, r: int, d: int) -> None:
     """Resize elastic job ``r`` by ``d`` steps in the ledger (growth is no start, a shrink
     frees GPUs as a preemption does)."""
     run = p.running[r]
@@ -200,7 +200,7 @@ def _members(p: EpochProblem, a: Assignment) -> list[tuple[bool, float, str, int
 
 
 def _run(
-    p: EpochProblem, a: Assignment, ledger: _Ledger, *, reclaim: bool
+    p: EpochProblem, a: Assignment, ledger: _Tally, *, reclaim: bool
 ) -> None:
     slots = [r.free_slots for r in p.running]
     for r in list(a.guests.values()) + list(a.preempt):
@@ -254,7 +254,7 @@ def greedy_assignment(p: EpochProblem) -> Assignment:
     """The greedy plan (never cut by a clock: it is linear in classes, and a cut plan would
     depend on the machine's load)."""
     a = Assignment()
-    ledger = _Ledger(p)
+    ledger = _Tally(p)
     _repair(ledger, p, a)
     _run(p, a, ledger, reclaim=True)
     _priority(p, a, ledger)
@@ -267,7 +267,7 @@ def _grow(p: EpochProblem, a: Assignment) -> None:
     """Grow running elastic jobs into the GPUs the plan leaves idle, as the model does: only on
     types where the plan stops nothing, inside quota (jobs on own quota) or borrowed (jobs on
     loan), highest growth value per GPU first (then job id), one step at a time."""
-    ledger = _Ledger(p, a)
+    ledger = _Tally(p, a)
     stopped = {p.running[r].type for r in a.preempt if not p.running[r].guest}
     stopped |= {p.running[r].type for r in a.resize}  # the plan's resizes so far are shrinks
     order = sorted(
@@ -295,7 +295,7 @@ def _grow(p: EpochProblem, a: Assignment) -> None:
             a.resize[r] = d
 
 
-def _priority(p: EpochProblem, a: Assignment, ledger: _Ledger) -> None:
+def _priority(p: EpochProblem, a: Assignment, ledger: _Tally) -> None:
     """Preempt for guaranteed jobs that fit their own quota but not the free GPUs, when that
     pays: victims on the job's type, cheapest per GPU first, their summed cost below the
     job's value (a priority victim's static cost includes its tenant's hysteresis), within
@@ -419,7 +419,7 @@ def repaired(p: EpochProblem) -> Assignment:
     """The least a decision must do: reclaim the on-loan jobs no lender can cover any more
     (nothing else stops, nothing starts); the last plan of the fallback chain."""
     a = Assignment()
-    _repair(_Ledger(p), p, a)
+    _repair(_Tally(p), p, a)
     return a
 
 
@@ -427,14 +427,14 @@ def fill(p: EpochProblem, a: Assignment) -> int:
     """Start every queued job that still fits, on top of ``a`` (no preemption); returns how
     many jobs it started."""
     before = sum(a.started(c) for c in a.starts) + len(a.guests)
-    _run(p, a, _Ledger(p, a), reclaim=False)
+    _run(p, a, _Tally(p, a), reclaim=False)
     return sum(a.started(c) for c in a.starts) + len(a.guests) - before
 
 
 def _drop_unused_preemptions(p: EpochProblem, a: Assignment) -> None:
     """Keep the rule that GPUs freed on a type are used there: undo reclaims whose GPUs no
     start took (never those the on-loan deficit forces). One ledger, trial undo in place."""
-    ledger = _Ledger(p, a)
+    ledger = _Tally(p, a)
     guests_of: dict[str, list[int]] = {}
     for g, x in enumerate(p.running):
         if x.host is not None:
@@ -468,7 +468,7 @@ def _drop_unused_preemptions(p: EpochProblem, a: Assignment) -> None:
                 break
 
 
-def _repair(ledger: _Ledger, p: EpochProblem, a: Assignment) -> None:
+def _repair(ledger: _Tally, p: EpochProblem, a: Assignment) -> None:
     """Stop on-loan jobs, cheapest per GPU first, where running use already exceeds what the
     lenders can cover (a lend or borrow limit was lowered, a lender's quota shrank)."""
     hosts_guests: dict[str, list[int]] = {}
@@ -502,7 +502,7 @@ def _repair(ledger: _Ledger, p: EpochProblem, a: Assignment) -> None:
 
 
 def _reclaim(
-    ledger: _Ledger,
+    ledger: _Tally,
     p: EpochProblem,
     a: Assignment,
     c: int,

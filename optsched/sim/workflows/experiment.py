@@ -13,7 +13,7 @@ import numpy as np
 from optsched.engine.workflows.planner import PlannerConfig
 from optsched.sim.workflows.baselines import get_policy
 from optsched.sim.workflows.names import BASELINES
-from optsched.sim.workflows.sim import SimConfig, SimResult, Simulator
+from optsched.sim.workflows.sim import SimResult, WorkflowSimConfig, WorkflowSimulator
 from optsched.sim.workflows.workloads import arrivals, make_sessions
 
 METRICS = (
@@ -37,7 +37,7 @@ class Experiment:
     sessions: int = 40
     window_s: float = 120.0
     traces: Path | None = None
-    sim: SimConfig = field(default_factory=SimConfig)
+    sim: WorkflowSimConfig = field(default_factory=WorkflowSimConfig)
     planner: PlannerConfig = field(default_factory=PlannerConfig)
 
 
@@ -51,7 +51,9 @@ def run_experiment(
         sessions = make_sessions(exp.scenario, list(arr), seed)
         for name in exp.policies:
             pol = get_policy(name, planner_config=exp.planner)
-            results[(name, seed)] = Simulator(sessions, pol, name=name, seed=seed, config=exp.sim).run()
+            results[(name, seed)] = WorkflowSimulator(
+                sessions, pol, name=name, seed=seed, config=exp.sim
+            ).run()
             if progress is not None:
                 progress(f"{name} seed {seed}")
     return summarize(exp, results), results
@@ -254,7 +256,7 @@ def load_sweep(
     pred = ActivationPredictor.default()
     rows = []
     for sp in speedups:
-        sim = SimConfig(**{**exp.sim.__dict__, "load_speedup": sp})
+        sim = WorkflowSimConfig(**{**exp.sim.__dict__, "load_speedup": sp})
         sub = Experiment(**{**exp.__dict__, "sim": sim})
         summary, _ = run_experiment(sub, progress)
         loads = [pred.load_s(model_spec(m.params_b, m.memory_gib), sim.loader, sp) for m in MODELS]

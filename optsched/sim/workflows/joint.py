@@ -36,7 +36,7 @@ from optsched.engine.epoch import solve_epoch
 from optsched.engine.state import ClusterState
 from optsched.schema.decision import Decision, WorkflowPlan
 from optsched.sim.trace import Trace, TraceJob, load_trace
-from optsched.sim.workflows.sim import Policy, SimResult, Simulator, _Dev
+from optsched.sim.workflows.sim import Policy, SimResult, WorkflowSimulator, _Dev
 from optsched.sim.workflows.workloads import SessionSpec
 
 Mode = Literal["fixed", "joint"]
@@ -82,7 +82,7 @@ class JointResult:
     pool: dict[str, float]
 
 
-class JointSimulator(Simulator):
+class JointSimulator(WorkflowSimulator):
     """The workflow simulator plus a training cluster and one joint decision per cluster epoch."""
 
     def __init__(
@@ -369,17 +369,17 @@ def run_joint_experiment(exp: JointExperiment, progress: Any = None) -> dict[str
     from dataclasses import replace
 
     from optsched.sim.workflows.baselines import get_policy
-    from optsched.sim.workflows.sim import SimConfig
+    from optsched.sim.workflows.sim import WorkflowSimConfig
     from optsched.sim.workflows.workloads import POOL, arrivals, make_sessions
 
-    sim_cfg = SimConfig(planner_time_s=exp.planner_time_s)
+    sim_cfg = WorkflowSimConfig(planner_time_s=exp.planner_time_s)
     trace = load_trace("mini")
     rows: list[dict[str, Any]] = []
     for seed in exp.seeds:
         arr = arrivals("azure-code", exp.sessions, exp.window_s, seed, exp.traces)
         sessions = make_sessions("mixed", list(arr), seed)
         for name in exp.baselines:
-            res = Simulator(sessions, get_policy(name), name=name, seed=seed, config=sim_cfg).run()
+            res = WorkflowSimulator(sessions, get_policy(name), name=name, seed=seed, config=sim_cfg).run()
             rows.append({"arm": "fixed", "policy": name, "seed": seed, **_wf_row(res)})
             if progress is not None:
                 progress(f"fixed {name} seed {seed}")

@@ -15,7 +15,7 @@ from optsched.engine.workflows.greedy import OURS_GREEDY, list_schedule
 from optsched.engine.workflows.planner import SCALE, PlannerConfig, _solve_window
 from optsched.engine.workflows.problem import _forecast, build_workflow_problem
 from optsched.schema.decision import WorkflowPlan
-from optsched.sim.workflows.sim import SimConfig, Simulator
+from optsched.sim.workflows.sim import WorkflowSimConfig, WorkflowSimulator
 from optsched.sim.workflows.workloads import SessionSpec
 
 
@@ -35,10 +35,14 @@ def _no_policy(state: ClusterState, limit: float, seed: int) -> WorkflowPlan:
 
 
 def offline_bound(
-    sessions: list[SessionSpec], *, config: SimConfig | None = None, time_limit_s: float = 20.0, seed: int = 0
+    sessions: list[SessionSpec],
+    *,
+    config: WorkflowSimConfig | None = None,
+    time_limit_s: float = 20.0,
+    seed: int = 0,
 ) -> OfflineResult:
-    cfg = config or SimConfig()
-    sim = Simulator(sessions, _no_policy, name="offline", seed=seed, config=cfg)
+    cfg = config or WorkflowSimConfig()
+    sim = WorkflowSimulator(sessions, _no_policy, name="offline", seed=seed, config=cfg)
     t0 = min(s.arrival_s for s in sessions)
     t_last = max(s.arrival_s for s in sessions)
     state = ClusterState.from_snapshot(sim.snapshot(t_last))

@@ -42,7 +42,7 @@ Policy = Callable[[ClusterState, float, int], WorkflowPlan]
 
 
 @dataclass
-class SimConfig:
+class WorkflowSimConfig:
     epoch_s: float = 2.0
     loader: str = "safetensors"
     load_speedup: float = 1.0
@@ -114,7 +114,7 @@ class _Dev:
     since: dict[str, float] = field(default_factory=dict)
 
 
-class Simulator:
+class WorkflowSimulator:
     """Runs one policy over one list of sessions."""
 
     def __init__(
@@ -124,11 +124,11 @@ class Simulator:
         *,
         name: str,
         seed: int = 0,
-        config: SimConfig | None = None,
+        config: WorkflowSimConfig | None = None,
         predictor: ActivationPredictor | None = None,
         capture_at: float | None = None,
     ) -> None:
-        self.cfg = config or SimConfig()
+        self.cfg = config or WorkflowSimConfig()
         self.capture_at = capture_at
         """Keep the first snapshot built at or after this time in ``trace["snapshot"]``."""
         self.sessions = {s.id: s for s in sessions}

@@ -6,7 +6,7 @@ import pytest
 
 from optsched.sim.workflows.baselines import get_policy
 from optsched.sim.workflows.joint import JointConfig, JointResult, JointSimulator, _work, fluid_makespan_bound
-from optsched.sim.workflows.sim import SimConfig
+from optsched.sim.workflows.sim import WorkflowSimConfig
 from optsched.sim.workflows.workloads import arrivals, make_sessions
 
 
@@ -18,7 +18,7 @@ def _run(mode: str) -> tuple[JointSimulator, JointResult]:
         get_policy("greedy"),
         name="greedy",
         seed=1,
-        config=SimConfig(pool=(("h100", 1),), planner_time_s=0.2),
+        config=WorkflowSimConfig(pool=(("h100", 1),), planner_time_s=0.2),
         joint=JointConfig(
             mode=mode,  # type: ignore[arg-type]
             warmup_s=1200.0,

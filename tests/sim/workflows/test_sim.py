@@ -15,7 +15,7 @@ from optsched.cli.workflows import register
 from optsched.engine.workflows.planner import PlannerConfig
 from optsched.sim.workflows.baselines import ALL_POLICIES, get_policy
 from optsched.sim.workflows.offline import offline_bound
-from optsched.sim.workflows.sim import SimConfig, Simulator
+from optsched.sim.workflows.sim import WorkflowSimConfig, WorkflowSimulator
 from optsched.sim.workflows.workloads import (
     MODELS,
     SCENARIOS,
@@ -65,9 +65,9 @@ def test_burst_window_keeps_the_burst() -> None:
 
 def _run(policy: str, seed: int = 0, n: int = 6) -> dict[str, float]:
     ss = make_sessions("mixed", list(arrivals("bursty", n, 20.0, seed)), seed)
-    cfg = SimConfig(pool=SMALL_POOL, planner_time_s=0.3)
+    cfg = WorkflowSimConfig(pool=SMALL_POOL, planner_time_s=0.3)
     pol = get_policy(policy, planner_config=PlannerConfig(window=10))
-    return Simulator(ss, pol, name=policy, seed=seed, config=cfg).run().summary()
+    return WorkflowSimulator(ss, pol, name=policy, seed=seed, config=cfg).run().summary()
 
 
 @pytest.mark.parametrize("policy", ALL_POLICIES)
@@ -97,11 +97,11 @@ def test_fusion_and_load_ahead_save_compute_against_heft() -> None:
 
 def test_offline_bound_is_a_lower_bound_without_noise() -> None:
     ss = make_sessions("mixed", list(arrivals("bursty", 3, 10.0, 0)), 0)
-    cfg = SimConfig(pool=(("h100", 1), ("l40s", 1)), type_sigma=0.0, unit_sigma=0.0, load_sigma=0.0)
+    cfg = WorkflowSimConfig(pool=(("h100", 1), ("l40s", 1)), type_sigma=0.0, unit_sigma=0.0, load_sigma=0.0)
     ob = offline_bound(ss, config=cfg, time_limit_s=2.0)
     assert ob.bound_s <= ob.makespan_s + 0.05
     for name in ("heft", "greedy"):
-        mk = Simulator(ss, get_policy(name), name=name, config=cfg).run().makespan_s
+        mk = WorkflowSimulator(ss, get_policy(name), name=name, config=cfg).run().makespan_s
         assert mk >= ob.bound_s - 0.05
 
 
