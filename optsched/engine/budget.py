@@ -34,8 +34,13 @@ MIN_WORK_S = 0.02
 """The smallest solver work budget, however large the snapshot."""
 RESERVE_FRACTION = 0.1
 """Share of the time limit kept on the wall clock after the solver (decoding, fill, checking)."""
-RESERVE_PER_JOB_S = 25e-6
-"""Wall seconds kept per job after the solver for decoding, the fill pass and the checker."""
+RESERVE_PER_JOB_S = 150e-6
+"""Wall seconds kept per job after the solver for the fill pass, decoding, the look-ahead and the
+checker, on an idle machine (Venus size: about 0.3 s for 1,400 jobs, ``stage_seconds``)."""
+MAX_SLOWDOWN = 6.0
+"""The most the reserve after the solver is stretched for a loaded machine (:meth:`Budget.slowdown`)."""
+MIN_MEASURED_S = 0.02
+"""Below this much process CPU time since the call began, the slowdown is not measured (1)."""
 MIN_SOLVER_WALL_S = 0.005
 """Below this much wall time left for it, the solver is not started (the greedy plan answers)."""
 WORKFLOW_SHARE = 0.4
@@ -94,6 +99,8 @@ class Budget:
     work_s: float | None = None
     """An explicit solver work budget (``SolveParams.work_s``) instead of the rule."""
     t0: float = field(default_factory=time.monotonic)
+    cpu0: float = field(default_factory=time.process_time)
+    """The process's CPU time at ``t0`` (:meth:`slowdown`)."""
 
     @property
     def deadline(self) -> float:
@@ -139,9 +146,20 @@ class Budget:
 
     # --- the wall clock (safety nets) ---------------------------------------------------------
 
+    def slowdown(self) -> float:
+        """Wall time over this process's CPU time since the call began, in ``[1, MAX_SLOWDOWN]``:
+        how much slower than its CPU time the call runs because other processes share the cores.
+        The stages before the solver are single-threaded, so on an idle machine this is 1; on
+        two cores loaded by four CPU-bound processes it is about 3."""
+        cpu = time.process_time() - self.cpu0
+        if cpu < MIN_MEASURED_S:
+            return 1.0
+        return min(MAX_SLOWDOWN, max(1.0, (time.monotonic() - self.t0) / cpu))
+
     @property
     def reserve_s(self) -> float:
-        """Wall seconds kept after the solver for decoding, the fill pass and the checker."""
+        """Wall seconds kept after the solver for the fill pass, decoding, the look-ahead and the
+        checker on an idle machine."""
         return RESERVE_FRACTION * self.limit_s + RESERVE_PER_JOB_S * self.jobs
 
     @property
@@ -150,8 +168,11 @@ class Budget:
         return WORKFLOW_SHARE * self.limit_s if self.workflows else 0.0
 
     def solver_wall_s(self) -> float:
-        """The solver's wall-clock net: what is left less the reserves after it."""
-        return self.left_s() - self.reserve_s - self.workflow_wall_s
+        """The solver's wall-clock net: what is left less the reserves after it, the reserve
+        stretched by the machine's :meth:`slowdown` so that the stages after the solver still
+        end within the limit on a loaded machine. Only the net moves with the load, never the
+        deterministic work: a net that fires gives the one labelled greedy plan."""
+        return self.left_s() - self.reserve_s * self.slowdown() - self.workflow_wall_s
 
     def workflow_left_s(self) -> float:
         """The workflow planner's wall-clock net: what is left less the reserve."""

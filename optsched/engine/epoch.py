@@ -178,7 +178,7 @@ def _solve_epoch(
     assurance: dict[str, asr.TenantAssurance] | None = None,
     given: Predictor | None = None,
 ) -> Decision:
-    t0 = time.monotonic()
+    t0, cpu0 = time.monotonic(), time.process_time()
     stage: dict[str, float] = {}
     if isinstance(snapshot, ClusterState):
         state = snapshot
@@ -233,7 +233,7 @@ def _solve_epoch(
         msg = f"internal error while building the problem: {type(exc).__name__}: {exc}"
         raise OptschedError(msg) from exc
 
-    budget = Budget(params.time_limit_s, len(state.snapshot.jobs), has_wf, params.work_s, t0)
+    budget = Budget(params.time_limit_s, len(state.snapshot.jobs), has_wf, params.work_s, t0, cpu0)
     decision = _cluster_decision(ep, params, budget)
     if has_wf:
         _attach_workflows(ep, decision, params, budget)

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 import optsched
+from optsched.engine import budget as budget_mod
 from optsched.engine.backends import get_backend
 from optsched.engine.backends.base import SolveParams, SolveResult
 from optsched.engine.budget import WALL_CLOCK_FALLBACK, Budget
@@ -102,7 +103,7 @@ def test_the_budget_hands_out_shares_of_the_limit_without_the_clock() -> None:
     b = Budget(2.0, jobs=1000, workflows=False, t0=0.0)
     assert b.deadline == 2.0
     assert b.solver_work_s == pytest.approx(0.6 * 2.0 - 40e-6 * 1000)
-    assert b.reserve_s == pytest.approx(0.1 * 2.0 + 25e-6 * 1000)
+    assert b.reserve_s == pytest.approx(0.1 * 2.0 + 150e-6 * 1000)
     assert b.workflow_wall_s == 0.0
     assert b.part_limit_s == pytest.approx(1.4)
     assert b.lookahead_work_s == pytest.approx(0.1)
@@ -111,6 +112,26 @@ def test_the_budget_hands_out_shares_of_the_limit_without_the_clock() -> None:
     assert wf.workflow_wall_s == pytest.approx(0.8) and wf.workflow_work_s == pytest.approx(0.4)
     assert Budget(1.0, jobs=10**6, t0=0.0).solver_work_s == 0.02  # never below the floor
     assert Budget(1.0, work_s=3.0, t0=0.0).solver_work_s == 3.0  # an explicit budget wins
+
+
+def test_the_reserve_after_the_solver_stretches_with_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The solver's wall-clock net keeps the stages after it inside the limit on a loaded
+    machine: their reserve is stretched by wall time over CPU time since the call began."""
+    clock = {"wall": 10.0, "cpu": 5.0}
+    monkeypatch.setattr(budget_mod.time, "monotonic", lambda: clock["wall"])
+    monkeypatch.setattr(budget_mod.time, "process_time", lambda: clock["cpu"])
+    b = Budget(2.0, jobs=1000, t0=10.0, cpu0=5.0)
+    assert b.slowdown() == 1.0  # nothing measured yet
+    clock.update(wall=10.4, cpu=5.1)  # 0.4 s of wall for 0.1 s of CPU: a 4x slower machine
+    assert b.slowdown() == pytest.approx(4.0)
+    assert b.solver_wall_s() == pytest.approx(2.0 - 0.4 - 4.0 * b.reserve_s)
+    clock.update(wall=10.2, cpu=5.2)  # idle: as much CPU as wall
+    assert b.slowdown() == 1.0
+    assert b.solver_wall_s() == pytest.approx(2.0 - 0.2 - b.reserve_s)
+    clock.update(wall=20.0, cpu=5.1)
+    assert b.slowdown() == budget_mod.MAX_SLOWDOWN  # never stretched past the cap
+    clock.update(wall=10.0, cpu=5.6)  # threads: more CPU than wall is never below 1
+    assert b.slowdown() == 1.0
 
 
 @pytest.mark.parametrize("late", [True, False])
