@@ -193,7 +193,8 @@ def build_problem(
     starved = cap_starved(state)
     # best-effort jobs keep off the types a cap-starved tenant's guaranteed jobs wait for, and
     # those on which jobs a node loss stops restart next (node_loss)
-    off = {tindex[t] for t in starved_types(state, starved)} | {tindex[t] for t in restart_types(state)}
+    restart = {tindex[t] for t in restart_types(state)}
+    off = {tindex[t] for t in starved_types(state, starved)} | restart
     held_back: list[str] = []
     for job in state.pending():
         k = state.tenant_index[job.tenant]
@@ -395,6 +396,7 @@ def build_problem(
         density=density,
         unplaceable=tuple(unplaceable),
         held_back=tuple(held_back),
+        no_loan=tuple(sorted(restart)),  # nor any start on loan there (node_loss)
         victim_slack=tuple(victim_slack(state)[t] for t in types),
         kept_over=kept_over,
         deficit=deficit,
