@@ -96,6 +96,7 @@ def build_problem(
         density=pend.density,
         unplaceable=tuple(pend.unplaceable),
         held_back=tuple(pend.held_back),
+        no_loan=tuple(sorted(pend.restart)),  # nor any start on loan there (node_loss)
         victim_slack=tuple(victim_slack(state)[t] for t in sc.types),
         kept_over=hold.kept_over,
         deficit=hold.deficit,
@@ -333,6 +334,8 @@ class _Pending:
     """Elastic pending jobs: (job, tenant, value, static value, priority class)."""
     off: set[int]
     """Types best-effort jobs keep off (a cap-starved tenant's, and restart types)."""
+    restart: set[int]
+    """Types on which guaranteed jobs a node loss stops restart next (no start on loan there)."""
     held_back: list[str]
 
 
@@ -356,7 +359,8 @@ def _pending_members(sc: _Scope, kept_over: tuple[tuple[int, ...], ...]) -> _Pen
     starved = cap_starved(state)
     # best-effort jobs keep off the types a cap-starved tenant's guaranteed jobs wait for, and
     # those on which jobs a node loss stops restart next (node_loss)
-    off = {tindex[t] for t in starved_types(state, starved)} | {tindex[t] for t in restart_types(state)}
+    restart = {tindex[t] for t in restart_types(state)}
+    off = {tindex[t] for t in starved_types(state, starved)} | restart
     held_back: list[str] = []
     for job in state.pending():
         k = state.tenant_index[job.tenant]
@@ -398,7 +402,7 @@ def _pending_members(sc: _Scope, kept_over: tuple[tuple[int, ...], ...]) -> _Pen
         members[key].append((-v, job.submit_s, job.id))
     return _Pending(
         density, static, unplaceable, members, memory, shareable_jobs, unknown_classes, flexible, off,
-        held_back,
+        restart, held_back,
     )
 
 

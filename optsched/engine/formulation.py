@@ -10,7 +10,8 @@ Variables (all integer):
 * :math:`s_{c,k} \in \{0,1\}`: the :math:`k`-th member of pending class :math:`c` starts
   (:math:`k < \text{cap}_c`; members sorted by value, :math:`s_{c,k} \ge s_{c,k+1}`);
 * :math:`o_{ct}, \ell_{ct} \in \mathbb{Z}_{\ge 0}`: members of :math:`c` started on type
-  :math:`t` inside their tenant's quota / on borrowed capacity;
+  :math:`t` inside their tenant's quota / on borrowed capacity (no :math:`\ell_{ct}` on the
+  types of ``EpochProblem.no_loan``, where jobs a node loss stops restart next);
 * :math:`y_p \in \{0,1\}`: guest pair :math:`p = (c, h)` starts singleton class :math:`c` as
   MPS guest of host :math:`h`;
 * :math:`z_r \in \{0,1\}`: running job :math:`r` is preempted (only for candidates);
@@ -152,6 +153,8 @@ def add_variables(m: LinearModel, p: EpochProblem) -> None:
             if t in cls.own_types:
                 reclaim = p.reclaim_bonus if cls.reclaim else 0.0  # a reclaim starts inside quota
                 m.own[(c, t)] = m.var(f"own[{cls.label},{p.types[t]}]", 0, cls.cap, bonus + reclaim)
+            if t in p.no_loan:
+                continue  # after a node loss, no start on loan where its jobs restart (node_loss)
             m.loan[(c, t)] = m.var(f"loan[{cls.label},{p.types[t]}]", 0, cls.cap, bonus - cls.loan_penalty)
     for g, cand in enumerate(p.guests):
         name = f"guest[{p.pending[cand.pending].label},{p.running[cand.running].job}]"

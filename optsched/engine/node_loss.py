@@ -5,9 +5,13 @@ again at the next epoch; in the decision that stops it, it is neither running no
 its tenant's quota looks idle. Lent to another tenant's start in that decision, it would be
 reclaimed at the next one to restart the same job, often on exactly those GPUs: a flip-flop
 (a start, then a reclaim, for nothing). For guaranteed jobs not on loan (the ones that get
-their quota back), on every type each allows, that decision makes no new loan
-(:func:`lend_limits_after_node_loss`) and starts no best-effort job (:func:`restart_types`), so
-that no job starts there only to be stopped for them at the next one. A guaranteed start inside
+their quota back), on every type each allows (:func:`restart_types`), that decision starts no
+job on loan (``EpochProblem.no_loan``), starts no best-effort job, and makes no new loan
+(:func:`lend_limits_after_node_loss`, :func:`borrow_limits_after_node_loss`), so that no job
+starts there only to be stopped for them at the next one. Holding the loans alone is not
+enough: where a start inside quota lets the decision stop on-loan jobs, a tenant could swap a
+reclaimed on-loan job for a start on loan within the same borrowing, and the restart inside
+quota at the next decision takes GPUs back from on-loan jobs first. A guaranteed start inside
 quota may take the free GPUs they held: it is never stopped for them, so it is no flip-flop, and
 keeping those GPUs idle would only make the decision stop other jobs to start it elsewhere.
 
@@ -29,8 +33,8 @@ __all__ = ["borrow_limits_after_node_loss", "lend_limits_after_node_loss", "rest
 def restart_types(state: ClusterState) -> set[str]:
     """GPU types on which guaranteed jobs not on loan that the decision stops on unavailable
     nodes may restart (every type each allows). No best-effort job starts on them in that
-    decision, not even on GPUs its preemptions free: it would be stopped for them at the next
-    one (invariant 8 exempts best-effort jobs there)."""
+    decision, not even on GPUs its preemptions free, and no job starts on loan there: it would
+    be stopped for them at the next one (invariant 8 exempts best-effort jobs there)."""
     down = {n.id for n in state.snapshot.nodes if not n.available}
     out: set[str] = set()
     if not down:

@@ -169,6 +169,10 @@ class EpochProblem:
     held_back: tuple[str, ...] = ()
     """Best-effort pending jobs of cap-starved tenants (:func:`~optsched.engine.rules.cap_starved`):
     not candidates this epoch, queued with reason ``preemption_cap``."""
+    no_loan: tuple[int, ...] = ()
+    """Types on which no start may be on loan this epoch: those on which guaranteed jobs that a
+    node loss stops restart at the next one (:func:`~optsched.engine.node_loss.restart_types`;
+    a start on loan there would be reclaimed for them). Starts inside quota stay allowed."""
 
     def slack_of(self, t: int) -> int:
         """``victim_slack`` of type ``t`` (0 when none was given)."""

@@ -150,7 +150,8 @@ def _try_start(ledger: _Tally, p: EpochProblem, c: int, own_only: bool = False) 
     order = sorted(range(len(cls.types)), key=lambda k: (-cls.type_bonus[k], cls.types[k]))
     for k in order:
         t = cls.types[k]
-        for own in (True,) if own_only else (True, False):
+        # after a node loss, no start on loan where its jobs restart (``p.no_loan``)
+        for own in (True,) if own_only or t in p.no_loan else (True, False):
             room = p.quota[cls.tenant][t] - ledger.own[cls.tenant][t]
             if own and (t not in cls.own_types or cls.gpus > room):
                 continue
