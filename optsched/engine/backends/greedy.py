@@ -516,6 +516,11 @@ def _reclaim(
     cls = p.pending[c]
     depth = p.tree.lca_depth
     for t in cls.own_types:
+        if cls.gpus > p.quota[cls.tenant][t] - ledger.own[cls.tenant][t]:
+            # only a start inside quota on ``t`` counts, and stopping other tenants' jobs never
+            # frees the claimant's own quota: no victim can help here (and other types are
+            # unaffected by stops on ``t``, so they failed before this was called)
+            continue
         taken: list[int] = []
         # quota trees: on-loan jobs of tenants farthest from the claimant go first (a subtree
         # takes back what it lent outside before what its own members borrow); stable sort
