@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict
+from dataclasses import dataclass, field
 from typing import Any
 
 from optsched.engine import assurance as asr
@@ -114,21 +115,9 @@ def _next_state(state: ClusterState, started: set[str]) -> dict[str, dict[str, A
     return out
 
 
-def decide_event(state: ClusterState, *, allow_loans: bool = True,
-                 hold_for_quota: bool = True, predictor: Predictor | None = None,
-                 weights: ObjectiveWeights | None = None) -> Decision:
-    """Start the pending jobs of ``state`` that fit now (see the module docstring).
-
-    ``predictor`` (the engine's pair predictor) enables MPS guests on safe pairs; ``weights``
-    gives ``min_guest_speed`` (default :class:`ObjectiveWeights`). ``hold_for_quota=False``
-    lets jobs borrow even while an in-quota job waits for the type (for experiments).
-
-    Raises
-    ------
-    EventPathError
-        The decision failed :func:`check_decision` (the caller should run the full model).
-    """
-    t0 = time.perf_counter()
+def _free_gpus(state: ClusterState) -> tuple[Placer, dict[str, int]]:
+    """The idle GPUs of the available nodes (neither held by a job nor in the pool): the placer
+    over them and their number per type."""
     snap = state.snapshot
     held: dict[str, set[int]] = defaultdict(set)
     for nid, g in state.gpu_holders:
@@ -145,8 +134,12 @@ def decide_event(state: ClusterState, *, allow_loans: bool = True,
         free[node.id] = idle
         nodes_by_type[node.gpu_type].append(node.id)
         free_n[node.gpu_type] += len(idle)
-    placer = Placer(free, nodes_by_type)
+    return Placer(free, nodes_by_type), free_n
 
+
+def _usage(state: ClusterState) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]:
+    """GPUs in use per (tenant, type) by the running jobs (MPS guests not counted): all of them
+    (``use``) and those not on loan (``own``)."""
     use: dict[tuple[str, str], int] = defaultdict(int)
     own: dict[tuple[str, str], int] = defaultdict(int)
     for job in state.running():
@@ -156,86 +149,160 @@ def decide_event(state: ClusterState, *, allow_loans: bool = True,
         use[key] += job.gpus
         if not job.on_loan:
             own[key] += job.gpus
-    signal = _signal(state)
-    _, kept = derive_loans(state, use, signal)  # over-quota use no lender covers today
+    return use, own
 
-    def covered(key: tuple[str, str], gpus: int) -> bool:
-        """Whether ``gpus`` more GPUs of ``key`` leave every excess covered (as before)."""
-        use[key] += gpus
-        _, unc = derive_loans(state, use, signal, kept)
-        ok = all(n <= kept.get(k, 0) for k, n in unc.items())
-        if not ok:
-            use[key] -= gpus
-        return ok
 
-    starts: list[Start] = []
-    started: set[str] = set()
-    order = event_order(state.pending())
+@dataclass
+class _EventLedger:
+    """What the event's starts draw on, updated as jobs start."""
 
-    # best-effort jobs keep off the types cap-starved tenants' guaranteed jobs wait for
-    off = set(starved_types(state, cap_starved(state)))
+    state: ClusterState
+    placer: Placer
+    free_n: dict[str, int]
+    """Idle GPUs per type."""
+    use: dict[tuple[str, str], int]
+    own: dict[tuple[str, str], int]
+    signal: dict[str, asr.TenantAssurance]
+    kept: dict[tuple[str, str], int]
+    """Over-quota use no lender covers today (kept as it is, never grown)."""
+    off: set[str]
+    """Types best-effort jobs keep off (cap-starved tenants' guaranteed jobs wait for them)."""
+    starts: list[Start] = field(default_factory=list)
+    started: set[str] = field(default_factory=set)
 
-    def try_start(job: Job, on_loan: bool) -> bool:
-        for t in state.allowed_types(job):
-            if t in off and job.qos != "guaranteed":
-                continue
-            key = (job.tenant, t)
-            if free_n.get(t, 0) < job.gpus or key in kept:
-                continue
-            inside = own[key] + job.gpus <= state.quota(job.tenant, t)
-            if inside == on_loan:
-                continue
-            if not covered(key, job.gpus):
-                continue
-            free_n[t] -= job.gpus
-            if not on_loan:
-                own[key] += job.gpus
-            starts.append(Start(job=job.id, allocation=placer.place(t, job.gpus), on_loan=on_loan))
-            started.add(job.id)
-            return True
-        return False
 
+def _covered(led: _EventLedger, key: tuple[str, str], gpus: int) -> bool:
+    """Whether ``gpus`` more GPUs of ``key`` leave every excess covered (as before); if so they
+    stay counted in ``led.use``."""
+    led.use[key] += gpus
+    _, unc = derive_loans(led.state, led.use, led.signal, led.kept)
+    ok = all(n <= led.kept.get(k, 0) for k, n in unc.items())
+    if not ok:
+        led.use[key] -= gpus
+    return ok
+
+
+def _try_start(led: _EventLedger, job: Job, on_loan: bool) -> bool:
+    """Start ``job`` on the first allowed type with free GPUs where it is inside its quota (or,
+    with ``on_loan``, above it and covered by others' idle quota); whether it started."""
+    state = led.state
+    for t in state.allowed_types(job):
+        if t in led.off and job.qos != "guaranteed":
+            continue
+        key = (job.tenant, t)
+        if led.free_n.get(t, 0) < job.gpus or key in led.kept:
+            continue
+        inside = led.own[key] + job.gpus <= state.quota(job.tenant, t)
+        if inside == on_loan:
+            continue
+        if not _covered(led, key, job.gpus):
+            continue
+        led.free_n[t] -= job.gpus
+        if not on_loan:
+            led.own[key] += job.gpus
+        led.starts.append(Start(job=job.id, allocation=led.placer.place(t, job.gpus), on_loan=on_loan))
+        led.started.add(job.id)
+        return True
+    return False
+
+
+def _start_in_quota(led: _EventLedger, order: list[Job]) -> set[str]:
+    """Step 1: the in-quota starts, in the event order. Returns the types on which an in-quota
+    job stays queued."""
+    state = led.state
     blocked: set[str] = set()  # types on which an in-quota job stays queued
     for job in order:
-        if not try_start(job, on_loan=False):
+        if not _try_start(led, job, on_loan=False):
             for t in state.allowed_types(job):
-                if own[(job.tenant, t)] + job.gpus <= state.quota(job.tenant, t):
+                if led.own[(job.tenant, t)] + job.gpus <= state.quota(job.tenant, t):
                     blocked.add(t)
-    if allow_loans:
-        for job in order:
-            if job.id in started:
-                continue
-            if hold_for_quota and any(t in blocked for t in state.allowed_types(job)):
-                continue
-            try_start(job, on_loan=True)
+    return blocked
 
-    if predictor is not None:
-        guests = _guests(state, [j for j in order if j.id not in started], starts, predictor,
-                         weights or ObjectiveWeights(), signal)
-        starts += guests
-        started.update(s.job for s in guests)
 
-    loans, uncovered = derive_loans(state, use, signal, kept)
-    notes = [f"event path: {len(starts)} start(s) between epochs"]
+def _start_on_loan(led: _EventLedger, order: list[Job], blocked: set[str], hold_for_quota: bool) -> None:
+    """Step 2: the surplus loans, in the event order; with ``hold_for_quota`` not for a job
+    allowed on a type where an in-quota job stays queued."""
+    for job in order:
+        if job.id in led.started:
+            continue
+        if hold_for_quota and any(t in blocked for t in led.state.allowed_types(job)):
+            continue
+        _try_start(led, job, on_loan=True)
+
+
+def _start_guests(
+    led: _EventLedger, order: list[Job], predictor: Predictor, weights: ObjectiveWeights | None
+) -> None:
+    """Step 3: the safe MPS guests (:func:`_guests`) for the jobs still waiting."""
+    guests = _guests(led.state, [j for j in order if j.id not in led.started], led.starts, predictor,
+                     weights or ObjectiveWeights(), led.signal)
+    led.starts += guests
+    led.started.update(s.job for s in guests)
+
+
+def _event_decision(led: _EventLedger, order: list[Job]) -> Decision:
+    """The decision of the event: its starts, the rest queued in the event order, the loans
+    and over-quota use derived after the starts, the previous assurance and the new
+    ``assurance_state``."""
+    state = led.state
+    snap = state.snapshot
+    loans, uncovered = derive_loans(state, led.use, led.signal, led.kept)
+    notes = [f"event path: {len(led.starts)} start(s) between epochs"]
     notes += [over_quota_note(ten, t, n) for (ten, t), n in sorted(uncovered.items())]
-    queue = [j.id for j in order if j.id not in started]
+    queue = [j.id for j in order if j.id not in led.started]
     prev = snap.assurance_state or {}
-    decision = Decision(
+    return Decision(
         now=snap.now,
         status="feasible",
         solver=SolverInfo(backend=EVENT_BACKEND, seconds=0.0, notes=notes),
-        start=sorted(starts, key=lambda s: s.job),
+        start=sorted(led.starts, key=lambda s: s.job),
         preempt=[],
         queue=queue,
         loans=loans,
         kept_over_quota=kept_over_quota(uncovered),
         assurance={t: round(float(prev.get(t, {}).get("a", 1.0)), 6) for t in state.tenant_ids},
-        assurance_state=_next_state(state, started),
+        assurance_state=_next_state(state, led.started),
     )
+
+
+def _check(state: ClusterState, decision: Decision) -> None:
+    """Raise :class:`EventPathError` when ``decision`` fails :func:`check_decision`."""
     bad = check_decision(state, decision)
     if bad:
         msg = "; ".join(str(v) for v in bad[:5])
         raise EventPathError(f"event path decision failed the checker: {msg}")
+
+
+def decide_event(state: ClusterState, *, allow_loans: bool = True,
+                 hold_for_quota: bool = True, predictor: Predictor | None = None,
+                 weights: ObjectiveWeights | None = None) -> Decision:
+    """Start the pending jobs of ``state`` that fit now (see the module docstring).
+
+    ``predictor`` (the engine's pair predictor) enables MPS guests on safe pairs; ``weights``
+    gives ``min_guest_speed`` (default :class:`ObjectiveWeights`). ``hold_for_quota=False``
+    lets jobs borrow even while an in-quota job waits for the type (for experiments).
+
+    Raises
+    ------
+    EventPathError
+        The decision failed :func:`check_decision` (the caller should run the full model).
+    """
+    t0 = time.perf_counter()
+    placer, free_n = _free_gpus(state)
+    use, own = _usage(state)
+    signal = _signal(state)
+    _, kept = derive_loans(state, use, signal)  # over-quota use no lender covers today
+    order = event_order(state.pending())
+    # best-effort jobs keep off the types cap-starved tenants' guaranteed jobs wait for
+    off = set(starved_types(state, cap_starved(state)))
+    led = _EventLedger(state, placer, free_n, use, own, signal, kept, off)
+    blocked = _start_in_quota(led, order)
+    if allow_loans:
+        _start_on_loan(led, order, blocked, hold_for_quota)
+    if predictor is not None:
+        _start_guests(led, order, predictor, weights)
+    decision = _event_decision(led, order)
+    _check(state, decision)
     decision.solver.seconds = round(time.perf_counter() - t0, 6)
     return decision
 

@@ -325,31 +325,36 @@ def _cpsat_plan(
     return [next(((k, t) for k, t, v in row if solver.boolean_value(v)), None) for row in xs]
 
 
-def annotate(
+@dataclass
+class _Profile:
+    """The per-type capacity profile over the look-ahead horizon."""
+
+    instants: list[float]
+    """The slot starts ``now + k * epoch`` (k = 0 .. L) and the reserved gangs' starts, sorted."""
+    slot_at: list[int]
+    """Per slot k (0 .. L): the index of its start in ``instants``."""
+    free: list[list[int]]
+    """Per type index, per instant: the free GPUs (below zero where a gang is planned beyond them)."""
+    events: list[list[tuple[float, int]]]
+    """Per type index, sorted: GPUs freed (+) at predicted ends and taken (-) by reserved gangs."""
+
+
+def _occupancy(
     state: ClusterState,
     decision: Decision,
     predictions: Predictions,
-    density: dict[str, float],
-    lp: LookaheadParams,
-    res: Reservations,
-    *,
-    seed: int = 0,
-    time_limit_s: float = 1.0,
-) -> None:
-    """Plan the queued jobs over the look-ahead horizon and write the plan into ``decision``:
-    ``queue`` in planned order, ``expected_start_s``, ``reservations``, the ``reserved`` queue
-    reasons and each queued job's explanation's expected start."""
-    if not lp.enabled or not decision.queue:
-        return
+    holds: list[Reservation],
+    cap: dict[str, int],
+) -> tuple[list[tuple[str, float, float, int]], dict[str, int], dict[str, float]]:
+    """Who holds GPUs over [start, predicted end): kept running jobs, starts, reserved gangs.
+
+    Returns ``held_by`` (type, start, predicted end, GPUs), the GPUs free now per type (capacity
+    less the kept running jobs and the starts) and the expected start of each reserved gang
+    (its ``T``)."""
     snap = state.snapshot
-    now, epoch, slots = snap.now, lp.epoch_s, lp.epochs
+    now = snap.now
     types = state.type_names
-    tindex = {t: k for k, t in enumerate(types)}
-    cap = state.capacity()
     stopped = {p.job for p in decision.preempt}
-    queued = set(decision.queue)
-    holds = [h for h in res.holds if h.job in queued]
-    # who holds GPUs over [start, predicted end): kept running jobs, starts, reserved gangs
     held_by: list[tuple[str, float, float, int]] = []
     free_now = {t: cap[t] for t in types}
     down = {n.id for n in snap.nodes if not n.available}
@@ -375,8 +380,21 @@ def annotate(
         end = h.start_s + remaining_s(predictions.jobs[h.job].runtime_s, now, None)
         held_by.append((h.gpu_type, h.start_s, end, h.gpus))
         expected[h.job] = h.start_s
-    # the profile's instants: the slot starts now + k * epoch (k = 0 .. L) and the reserved
-    # gangs' starts; free GPUs per type at each
+    return held_by, free_now, expected
+
+
+def _profile(
+    state: ClusterState,
+    lp: LookaheadParams,
+    cap: dict[str, int],
+    held_by: list[tuple[str, float, float, int]],
+    holds: list[Reservation],
+) -> _Profile:
+    """The profile's instants (the slot starts and the reserved gangs' starts), the free GPUs
+    per type at each, and the events between the instants."""
+    now, epoch, slots = state.snapshot.now, lp.epoch_s, lp.epochs
+    types = state.type_names
+    tindex = {t: k for k, t in enumerate(types)}
     instants = sorted({now + k * epoch for k in range(slots + 1)} | {h.start_s for h in holds})
     slot_at = [bisect.bisect_left(instants, now + k * epoch) for k in range(slots + 1)]
     free = [[cap[t]] * len(instants) for t in types]
@@ -392,6 +410,25 @@ def annotate(
             events[ti].append((start, -g))
     for ev in events:
         ev.sort()
+    return _Profile(instants, slot_at, free, events)
+
+
+def _plan_items(
+    state: ClusterState,
+    decision: Decision,
+    predictions: Predictions,
+    density: dict[str, float],
+    lp: LookaheadParams,
+    holds: list[Reservation],
+    cap: dict[str, int],
+    prof: _Profile,
+) -> list[_Item]:
+    """The queued jobs to place (not the reserved gangs, not jobs no allowed type can hold), in
+    queue order, each with its allowed types, its span of instants per start slot and its
+    integer value (``density x gpus`` scaled to ``VALUE_SCALE``, at least 1)."""
+    now, epoch, slots = state.snapshot.now, lp.epoch_s, lp.epochs
+    tindex = {t: k for k, t in enumerate(state.type_names)}
+    instants, slot_at = prof.instants, prof.slot_at
     held_jobs = {h.job for h in holds}
     items: list[_Item] = []
     vmax = max((density.get(j, 0.0) * state.job(j).gpus for j in decision.queue), default=0.0)
@@ -411,6 +448,14 @@ def annotate(
         v = density.get(jid, 0.0) * job.gpus
         value = max(1, round(VALUE_SCALE * v / vmax)) if vmax > 0 else 1
         items.append(_Item(jid, job.gpus, allowed, spans, value))
+    return items
+
+
+def _best_plan(
+    items: list[_Item], free: list[list[int]], slots: int, seed: int, time_limit_s: float
+) -> tuple[list[tuple[int, int] | None], str]:
+    """The placement (slot, type index) per item and how it was found: the greedy plan, or the
+    CP-SAT slot model's when it is better ("greedy" or "cpsat")."""
     # where a reserved gang is planned beyond the profile's free GPUs an instant is below zero:
     # nothing else goes there
     plan = _greedy_plan(items, [list(row) for row in free])
@@ -419,10 +464,23 @@ def annotate(
         better = _cpsat_plan(items, free, slots, plan, seed, lookahead_work_s(time_limit_s))
         if better is not None:
             plan, how = better, "cpsat"
-    # a job planned at slot k may start as soon as GPUs free up after slot k - 1 (a decision
-    # follows a completion): its expected start is the earliest predicted end in between from
-    # which its gang fits until the slot, given the jobs placed before it (plan order)
-    final = [list(row) for row in free]
+    return plan, how
+
+
+def _expected_starts(
+    items: list[_Item],
+    plan: list[tuple[int, int] | None],
+    prof: _Profile,
+    now: float,
+    epoch: float,
+    expected: dict[str, float],
+) -> None:
+    """Write each planned job's expected start into ``expected``.
+
+    A job planned at slot k may start as soon as GPUs free up after slot k - 1 (a decision
+    follows a completion): its expected start is the earliest predicted end in between from
+    which its gang fits until the slot, given the jobs placed before it (plan order)."""
+    final = [list(row) for row in prof.free]
     for it, p in zip(items, plan, strict=True):
         if p is not None:
             _, first, last = it.spans[p[0] - 1]
@@ -435,9 +493,9 @@ def annotate(
     claims: dict[tuple[int, int], list[tuple[float, int]]] = defaultdict(list)
     for k, _, it, ti in placed:
         lo, hi = now + (k - 1) * epoch, now + k * epoch
-        ev = events[ti]
+        ev = prof.events[ti]
         inside = ev[bisect.bisect_right(ev, (lo, math.inf)) : bisect.bisect_left(ev, (hi, -math.inf))]
-        base = final[ti][slot_at[k - 1]]
+        base = final[ti][prof.slot_at[k - 1]]
         # free GPUs just after each event inside (lo, hi), before this job
         level, levels = base, []
         for when, g in inside:
@@ -451,16 +509,38 @@ def annotate(
         if got < hi:
             claims[(ti, k)].append((got, it.gpus))
         expected[it.job] = got
+
+
+def _write_plan(
+    decision: Decision,
+    expected: dict[str, float],
+    holds: list[Reservation],
+    lp: LookaheadParams,
+    how: str,
+) -> None:
+    """Write the plan into ``decision``: ``queue`` by expected start (then the old order),
+    ``expected_start_s``, ``reservations`` and the solver note."""
     order = {jid: k for k, jid in enumerate(decision.queue)}
     decision.queue = sorted(decision.queue, key=lambda j: (expected.get(j, math.inf), order[j]))
     decision.expected_start_s = {j: round(expected[j], 3) for j in decision.queue if j in expected}
     decision.reservations = holds
     decision.solver.notes.append(
         f"look-ahead: {len(decision.expected_start_s)} of {len(decision.queue)} queued job(s) planned "
-        f"within {slots} epoch(s) of {epoch:g} s ({how} plan); {len(holds)} reservation(s)"
+        f"within {lp.epochs} epoch(s) of {lp.epoch_s:g} s ({how} plan); {len(holds)} reservation(s)"
     )
-    # the jobs that wait for a reservation: they fit the free GPUs only with the held ones, and
-    # would not end before the reserved gang starts
+
+
+def _explain_queue(
+    state: ClusterState,
+    decision: Decision,
+    predictions: Predictions,
+    holds: list[Reservation],
+    free_now: dict[str, int],
+) -> None:
+    """Update each queued job's explanation: its expected start, its reservation (a reserved
+    gang), and the ``reserved`` reason for the jobs that wait for a reservation: they fit the
+    free GPUs only with the held ones, and would not end before the reserved gang starts."""
+    now = state.snapshot.now
     by_type = {h.gpu_type: h for h in holds}
     exps = decision.explanations
     for jid in decision.queue:
@@ -497,3 +577,31 @@ def annotate(
                 decision.queue_reasons[jid] = QueueReason.RESERVED
                 break
         exps[jid] = e.model_copy(update=update)
+
+
+def annotate(
+    state: ClusterState,
+    decision: Decision,
+    predictions: Predictions,
+    density: dict[str, float],
+    lp: LookaheadParams,
+    res: Reservations,
+    *,
+    seed: int = 0,
+    time_limit_s: float = 1.0,
+) -> None:
+    """Plan the queued jobs over the look-ahead horizon and write the plan into ``decision``:
+    ``queue`` in planned order, ``expected_start_s``, ``reservations``, the ``reserved`` queue
+    reasons and each queued job's explanation's expected start."""
+    if not lp.enabled or not decision.queue:
+        return
+    cap = state.capacity()
+    queued = set(decision.queue)
+    holds = [h for h in res.holds if h.job in queued]
+    held_by, free_now, expected = _occupancy(state, decision, predictions, holds, cap)
+    prof = _profile(state, lp, cap, held_by, holds)
+    items = _plan_items(state, decision, predictions, density, lp, holds, cap, prof)
+    plan, how = _best_plan(items, prof.free, lp.epochs, seed, time_limit_s)
+    _expected_starts(items, plan, prof, state.snapshot.now, lp.epoch_s, expected)
+    _write_plan(decision, expected, holds, lp, how)
+    _explain_queue(state, decision, predictions, holds, free_now)
