@@ -349,14 +349,20 @@ class DecisionBuilder:
                 status_detail=None, fallback_reason=None, stage_seconds={}, notes=[]),
             start=self.starts,
             preempt=self.preempts,
+            resize=[],
             queue=queue,
             queue_reasons={},
+            explanations={},
             loans=loans,
+            kept_over_quota=[],
             assurance={},
             assurance_state={},
+            expected_start_s={},
+            reservations=[],
             predictions=None,
             workflow_plan=None,
-        )
+        )  # every field given: pydantic's model_construct inspects each default factory's
+        # signature when a field is left out (about 1 ms per decision)
 
 
 # --------------------------------------------------------------------------- baselines
