@@ -393,10 +393,12 @@ class _Heuristic:
 class FifoPolicy(_Heuristic):
     name = "fifo"
     backfill = False
+    idle_when_nothing_fits = "head"  # see optsched.sim.cluster.idle_when_nothing_fits
 
 
 class SjfPolicy(_Heuristic):
     name = "sjf"
+    idle_when_nothing_fits = "any"
 
     def order(self, pending: list[Job], snapshot: Snapshot) -> list[Job]:
         return sorted(pending, key=lambda j: (estimate(j), j.submit_s, j.id))
@@ -404,6 +406,7 @@ class SjfPolicy(_Heuristic):
 
 class QssfPolicy(_Heuristic):
     name = "qssf"
+    idle_when_nothing_fits = "any"
 
     def order(self, pending: list[Job], snapshot: Snapshot) -> list[Job]:
         return sorted(pending, key=lambda j: (estimate(j) * j.gpus, j.submit_s, j.id))
