@@ -40,10 +40,12 @@ Mechanics:
 from __future__ import annotations
 
 import gc
+import heapq
 import math
 import random
 import time
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -78,6 +80,19 @@ class Policy(Protocol):
     name: str
 
     def decide(self, snapshot: Snapshot, state: ClusterState) -> Decision: ...
+
+
+def idle_when_nothing_fits(policy: Any) -> str | None:
+    """What ``policy`` declares in ``idle_when_nothing_fits``: it keeps no state between
+    decisions and only starts jobs alone on free GPUs (no preemption, colocation or resize), so
+    when no job that could start fits the free GPUs of a type it may use (inside its tenant's
+    quota where the tenant may not borrow), its decision starts nothing and changes nothing.
+    ``"any"``: every pending job could start (backfill); ``"head"``: only the first pending
+    job by ``(submit_s, id)`` (strict FIFO: it blocks the rest); ``None``: no such promise."""
+    value = getattr(policy, "idle_when_nothing_fits", None)
+    if value not in (None, "any", "head"):
+        raise ValueError(f"idle_when_nothing_fits must be 'any', 'head' or None, not {value!r}")
+    return value
 
 
 EPOCH, TRIGGER, EVENT = 0, 1, 2
@@ -347,7 +362,21 @@ class Simulator:
         )
         self.expected = ExpectedStarts({j.id: j.i for j in self.jobs})
         caps = trace.capacity()
+        self._caps = caps
         self._unplaceable: set[int] = set()
+        self._fit_key: dict[int, tuple[str, tuple[str, ...], int]] = {}
+        """Per placeable job: (tenant, GPU types it may use, fewest GPUs it starts on)."""
+        self._pending_fit: dict[tuple[str, tuple[str, ...], int], int] = defaultdict(int)
+        """How many pending jobs have each ``_fit_key`` (see :meth:`_could_start`)."""
+        self._skip_idle = idle_when_nothing_fits(policy) if on_decision is None else None
+        self._fifo: list[tuple[float, str, int]] = []
+        """(submit_s, id, index) of pending jobs, a heap; entries of jobs no longer pending
+        are dropped when they reach the top."""
+        self._use_version = 0
+        """Bumped whenever a job starts, stops or resizes (the loans in force may change)."""
+        self._idle_loans: tuple[int, int] | None = None
+        """(``_use_version``, loaned GPUs) after the last decision the policy made."""
+        self._no_borrow = self.cfg.mode == "partitioned"
         for sj in self.jobs:
             mem = sj.spec.memory_gib  # a type with less memory per GPU never runs it (the engine's rule)
             allowed = tuple(
@@ -356,6 +385,9 @@ class Simulator:
             )
             if not allowed or sj.gpus > max(caps.get(t, 0) for t in allowed):
                 self._unplaceable.add(sj.i)
+            else:
+                need = min(sj.gpus, spec_min) if (spec_min := sj.spec.min_gpus) else sj.gpus
+                self._fit_key[sj.i] = (sj.tenant, allowed, need)
         if self._unplaceable:
             self.log.notes.append(f"{len(self._unplaceable)} job(s) larger than the cluster")
 
@@ -482,7 +514,7 @@ class Simulator:
             features=feats,
             **elastic,
         )
-        self.pending[sj.i] = sj
+        self._add_pending(sj)
         self._request_decision()
 
     def _complete(self, sj: _SimJob) -> None:
@@ -494,6 +526,46 @@ class Simulator:
         if self.history is not None:
             self.history.observe(sj.tenant, sj.spec.user, self.now, self.truth.runtime[sj.id])
         self._request_decision()
+
+    def _add_pending(self, sj: _SimJob) -> None:
+        self.pending[sj.i] = sj
+        self._pending_fit[self._fit_key[sj.i]] += 1
+        if self._skip_idle == "head":
+            heapq.heappush(self._fifo, (sj.spec.submit_s, sj.id, sj.i))
+
+    def _del_pending(self, sj: _SimJob) -> None:
+        del self.pending[sj.i]
+        key = self._fit_key[sj.i]
+        self._pending_fit[key] -= 1
+        if not self._pending_fit[key]:
+            del self._pending_fit[key]
+
+    def _could_start(self) -> bool:
+        """Whether some pending job could start alone on free GPUs: a type it may use has as
+        many GPUs not held by a running job as it needs, inside its tenant's quota of that type
+        when tenants may not borrow (``partitioned``). A necessary condition of any start of an
+        :func:`idle_when_nothing_fits` policy, checked per distinct (tenant, types, GPUs) of
+        the queue, not per job (only the first job's, for ``"head"``)."""
+        held: dict[str, int] = defaultdict(int)
+        node_type = self.node_type
+        for n, _ in self.owner:
+            held[node_type[n]] += 1
+        free = {t: c - held[t] for t, c in self._caps.items()}
+        own, quota = self.own_use, self.quota
+        keys: Iterable[tuple[str, tuple[str, ...], int]] = self._pending_fit
+        if self._skip_idle == "head":
+            fifo = self._fifo
+            while fifo[0][2] not in self.pending:
+                heapq.heappop(fifo)
+            keys = (self._fit_key[fifo[0][2]],)
+        for ten, types, need in keys:
+            for t in types:
+                if free.get(t, 0) < need:
+                    continue
+                if self._no_borrow and own.get((ten, t), 0) + need > quota.get((ten, t), 0):
+                    continue
+                return True
+        return False
 
     # ------------------------------------------------------------------ progress
     def _advance(self, sj: _SimJob) -> None:
@@ -526,6 +598,7 @@ class Simulator:
 
     def _stop(self, sj: _SimJob) -> None:
         """Release ``sj``'s GPUs (it was running); un-pair or promote its partner."""
+        self._use_version += 1
         self._close_segment(sj)
         sj.version += 1
         sj.running_job = None
@@ -623,6 +696,8 @@ class Simulator:
         self._n_decisions += 1
         if self._n_decisions % GC_EVERY == 0:
             gc.collect(1)
+        if self._skip_idle and self._record_idle(event):
+            return
         t_snap = time.perf_counter()
         snap = self.snapshot()
         t_state = time.perf_counter()
@@ -647,6 +722,8 @@ class Simulator:
         t2 = time.perf_counter()
         self._apply(decision)
         self.expected.record(self.now, decision)
+        loaned = sum(loan.gpus for loan in decision.loans)
+        self._idle_loans = (self._use_version, loaned)
         d = self.log.decisions
         d["t"].append(self.now)
         d["seconds"].append(seconds)
@@ -657,7 +734,7 @@ class Simulator:
         d["running"].append(len(self.running))
         d["started"].append(len(decision.start))
         d["preempted"].append(len(decision.preempt))
-        d["loaned_gpus"].append(sum(loan.gpus for loan in decision.loans))
+        d["loaned_gpus"].append(loaned)
         d["on_loan_started"].append(sum(1 for s in decision.start if s.on_loan))
         d["status"].append(decision.status)
         d["event"].append(event)
@@ -669,6 +746,42 @@ class Simulator:
         self.assurance_state = decision.assurance_state or None
         if self.on_decision is not None:
             self.on_decision(snap, decision)
+
+    def _record_idle(self, event: bool) -> bool:
+        """Log the decision of an :func:`idle_when_nothing_fits` policy without asking it, when
+        no pending job fits (:meth:`_could_start`); ``False`` when it must be asked.
+
+        Its decision would start, stop and resize nothing, and its loans (a pure function of
+        the running jobs' use) are those of the last decision when nothing started or stopped
+        since (none at all when tenants may not borrow). In a saturated cluster most decisions
+        are such: rebuilding the snapshot, the engine state, the sorted queue and the check
+        over the whole queue for each of them made replays quadratic in the queue length.
+        """
+        if self._no_borrow:
+            loaned = 0
+        elif self._idle_loans is not None and self._idle_loans[0] == self._use_version:
+            loaned = self._idle_loans[1]
+        else:
+            return False
+        t0 = time.perf_counter()
+        if self._could_start():
+            return False
+        d = self.log.decisions
+        d["t"].append(self.now)
+        d["seconds"].append(0.0)
+        d["snapshot_s"].append(time.perf_counter() - t0)
+        d["state_s"].append(0.0)
+        d["check_s"].append(0.0)
+        d["pending"].append(len(self.pending))
+        d["running"].append(len(self.running))
+        d["started"].append(0)
+        d["preempted"].append(0)
+        d["loaned_gpus"].append(loaned)
+        d["on_loan_started"].append(0)
+        d["status"].append("feasible")
+        d["event"].append(event)
+        self.assurance_state = None
+        return True
 
     def _apply(self, decision: Decision) -> None:
         ck = self.cfg.checkpoint_s
@@ -687,7 +800,7 @@ class Simulator:
             sj.restart_due = True
             sj.lost_gpu_s += lost_wall * sj.gpus
             sj.lost_work_gpu_s += lost_work * sj.spec.gpus  # work is counted at the trace's size
-            self.pending[sj.i] = sj
+            self._add_pending(sj)
             pr = self.log.preemptions
             pr["t"].append(self.now)
             pr["job"].append(sj.i)
@@ -701,7 +814,8 @@ class Simulator:
                 self._resize(rz)
         for s in decision.start:
             sj = self.by_id[s.job]
-            del self.pending[sj.i]
+            self._del_pending(sj)
+            self._use_version += 1
             sj.state = RUNNING
             sj.gpus = len(s.allocation)
             sj.alloc = [(self.node_index[r.node], r.gpu) for r in s.allocation]
@@ -741,6 +855,7 @@ class Simulator:
     def _resize(self, rz: Any) -> None:
         """Apply one resize of a running elastic job: a checkpoint, the new GPUs, the overhead."""
         sj = self.by_id[rz.job]
+        self._use_version += 1
         self._advance(sj)
         new = [(self.node_index[r.node], r.gpu) for r in rz.allocation]
         for g in sj.alloc:

@@ -146,3 +146,28 @@ def test_simulate_rejects_bad_mode_and_scale(tmp_path: Path) -> None:
         res = CliRunner().invoke(app, ["simulate", "--trace", "mini", "--policies", "fifo",
                                           "--out", str(tmp_path), *args])
         assert res.exit_code == 2, res.output
+
+
+TIMINGS = {"seconds", "snapshot_s", "state_s", "check_s"}
+
+
+@pytest.mark.parametrize("policy", ["fifo", "sjf", "qssf"])
+@pytest.mark.parametrize("mode", ["pooled", "partitioned"])
+def test_idle_decisions_recorded_without_the_policy_change_nothing(policy: str, mode: str) -> None:
+    """A decision where no pending job fits is logged without asking a policy that declares
+    ``idle_when_nothing_fits``: the event log is the one of asking it every time."""
+    trace = load_trace("mini", max_jobs=JOBS, load_scale=4.0)
+    cfg = SimConfig(mode=mode, load_scale=4.0)
+    fast = Simulator(trace, make_policy(policy), seed=0, config=cfg).run()
+    asked: list[int] = []
+    slow = Simulator(trace, make_policy(policy), seed=0, config=cfg,
+                     on_decision=lambda snap, d: asked.append(1)).run()  # every decision asked
+    assert len(asked) == len(slow.decisions["t"])
+    skipped = sum(1 for s in fast.decisions["seconds"] if s == 0.0)
+    assert skipped > 0
+    assert all(s > 0.0 for s in slow.decisions["seconds"])
+    for name in ("jobs", "segments", "preemptions", "assurance", "expected", "resizes"):
+        assert getattr(fast, name) == getattr(slow, name), name
+    for col, values in slow.decisions.items():
+        if col not in TIMINGS:
+            assert fast.decisions[col] == values, col
