@@ -1,9 +1,9 @@
 """A partitioned epoch follows the node-loss rule of one model: in the decision that stops
-guaranteed jobs on a lost node, the coordination step starts nothing on loan and no best-effort
-job on the types they restart on (a start there would be stopped again for them next epoch).
+guaranteed jobs on a lost node, the coordination step starts no best-effort job on the types
+they restart on (it would be stopped again for them next epoch).
 
-The cases are generated Venus snapshots in which every fifteenth node holding a guaranteed job
-is lost; before the merge kept the rule, each of them started such a job.
+The cases are generated snapshots in which every fifteenth node holding a guaranteed job is
+lost; before the merge kept the rule, each of them started such a job.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ def _with_lost_nodes(seed: int) -> ClusterState:
     return ClusterState.from_snapshot(parse_snapshot(snap))
 
 
-@pytest.mark.parametrize(("seed", "parts"), [(0, 4), (2, 2)])
-def test_the_merge_starts_nothing_on_loan_and_no_best_effort_job_on_restart_types(
+@pytest.mark.parametrize(("seed", "parts"), [(1, 2), (1, 4), (3, 4)])
+def test_the_merge_starts_no_best_effort_job_on_restart_types(
     seed: int, parts: int
 ) -> None:
     state = _with_lost_nodes(seed)
@@ -48,5 +48,4 @@ def test_the_merge_starts_nothing_on_loan_and_no_best_effort_job_on_restart_type
     assert check_decision(state, d) == []
     assert d.solver.backend.startswith("partitioned")  # merged, not solved as one model
     on_restart = [s for s in d.start if state.node_type(s.allocation[0].node) in restart]
-    assert [s.job for s in on_restart if s.on_loan] == []
     assert [s.job for s in on_restart if state.job(s.job).qos == "best_effort" and not s.colocated_with] == []

@@ -408,9 +408,9 @@ def _running_victims(
 class _Coordination:
     """The coordination step's working state: the accounts, the free GPUs, the victims per type,
     the preemption budgets (``lost``, ``be_left``, ``slack``: :func:`_best_effort_room`), the
-    types best-effort jobs keep off (``off``), the types nothing starts on loan on
-    (``no_loan``: where guaranteed jobs a node loss stops restart next, as in the model), and
-    what the step did so far: the jobs started
+    types best-effort jobs keep off (``off``: where a cap-starved tenant's guaranteed jobs
+    wait, and where guaranteed jobs a node loss stops restart next, as in the model), and what
+    the step did so far: the jobs started
     (the parts' starts included), its starts, the starts it undid (``cancelled``), the running
     jobs it stopped, and per stopped job the start it made room for."""
 
@@ -424,7 +424,6 @@ class _Coordination:
     be_left: defaultdict[str, int]
     slack: dict[str, int]
     off: set[str]
-    no_loan: set[str]
     started_ids: set[str]
     cancelled: set[str] = field(default_factory=set)
     added: list[Start] = field(default_factory=list)
@@ -573,8 +572,6 @@ def _start_on(c: _Coordination, job: Job, t: str, first: bool) -> bool:
         ds, dd = shifted
     if not _within_borrow_limit(c.state, books, ten, t, g):
         return False
-    if not first and t in c.no_loan and books.use[(ten, t)] + g > books.quota[(ten, t)]:
-        return False  # on loan where a node loss's guaranteed jobs restart next (node_loss)
     _commit(c, job, t, pick, ds, dd, first)
     return True
 
@@ -619,10 +616,10 @@ def _fill(
     the guaranteed jobs of tenants due a reclaim, inside their global quota (they may stop
     others anywhere in the fleet); pass 2, every job still queued, on loan too, stopping
     nothing. Best-effort jobs keep off the types cap-starved tenants' guaranteed jobs wait for
-    and those a node loss's guaranteed jobs restart on (``c.off``, invariant 8), and nothing
-    starts on loan on the latter (``c.no_loan``). After each round the over-quota amendment
-    (:func:`_amend_over_quota`) may undo starts; their GPUs go back and pass 2 runs again (at
-    most three rounds). The loans and the uncovered use of the last amendment."""
+    and those a node loss's guaranteed jobs restart on (``c.off``, invariant 8). After each
+    round the over-quota amendment (:func:`_amend_over_quota`) may undo starts; their GPUs go
+    back and pass 2 runs again (at most three rounds). The loans and the uncovered use of the
+    last amendment."""
     for rnd in range(3):
         for first in (True, False) if rnd == 0 else (False,):
             for job in queued:
@@ -737,12 +734,9 @@ def merge_plan(
     _running_victims(state, stopped, hosts, tenants, found)
     pool = {t: _Pool(vs) for t, vs in found.items()}
     # best-effort jobs keep off the types cap-starved tenants' guaranteed jobs wait for and those
-    # a node loss's guaranteed jobs restart on, where nothing starts on loan either (node_loss)
-    restart = restart_types(state)
-    off = set(starved_types(state, cap_starved(state))) | restart
-    c = _Coordination(
-        state, signal, books, fleet, pool, tenants, lost, be_left, slack, off, restart, started_ids
-    )
+    # a node loss's guaranteed jobs restart on (node_loss)
+    off = set(starved_types(state, cap_starved(state))) | restart_types(state)
+    c = _Coordination(state, signal, books, fleet, pool, tenants, lost, be_left, slack, off, started_ids)
     queued = [j for j in state.pending() if j.id not in started_ids]
     queued.sort(key=_queue_key)
     loans, uncovered = _fill(c, queued, starts)
