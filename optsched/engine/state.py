@@ -67,6 +67,9 @@ class ClusterState:
     """Running MPS guest -> its host job."""
     tree: QuotaTree = EMPTY
     """The quota groups above the tenants (``Snapshot.groups``); empty for a flat snapshot."""
+    gpu_shares: dict[GpuKey, int] = field(default_factory=dict)
+    """GPUs held by fractional running jobs only -> the thousandths of the GPU they take
+    together (at most 1000); such a GPU is in ``gpu_holders`` too, with every job on it."""
 
     # ---------------------------------------------------------------- construction
     @classmethod
@@ -83,12 +86,14 @@ class ClusterState:
         if not types:
             raise SnapshotError("gpu_types", "at least one GPU type is required")
 
+        levels = _topology_levels(snap)
         node_index: dict[str, int] = {}
         for i, node in enumerate(snap.nodes):
             if node.id in node_index:
                 raise SnapshotError(f"nodes[{i}].id", f"duplicated node id '{node.id}'")
             if node.gpu_type not in types:
                 raise SnapshotError(f"nodes[{i}].gpu_type", f"unknown GPU type '{node.gpu_type}'")
+            _validate_node_topology(node.topology, levels, i)
             node_index[node.id] = i
 
         tenant_index: dict[str, int] = {}
@@ -132,6 +137,7 @@ class ClusterState:
                     f"jobs[{i}].submit_s", f"submitted in the future ({job.submit_s} > now {snap.now})"
                 )
             _validate_elastic(job, i)
+            _validate_shape(job, i, levels)
             if job.state == "pending":
                 for name in ("allocation", "start_s", "guest_of"):
                     if getattr(job, name) is not None:
@@ -195,7 +201,13 @@ class ClusterState:
                 raise SnapshotError(f"jobs[{i}].guest_of", f"unknown running job '{job.guest_of}'")
 
         gpu_holders: dict[GpuKey, tuple[str, ...]] = {}
+        gpu_shares: dict[GpuKey, int] = {}
         for key, idxs in holders.items():
+            fractional = [snap.jobs[x].is_fractional for x in idxs]
+            if any(fractional):
+                gpu_shares[key] = _shares(snap, key, idxs, fractional)
+                gpu_holders[key] = tuple(snap.jobs[x].id for x in idxs)
+                continue
             if len(idxs) == 1:
                 gpu_holders[key] = (snap.jobs[idxs[0]].id,)
                 continue
@@ -231,6 +243,7 @@ class ClusterState:
             gpu_holders=gpu_holders,
             host_of=host_of,
             tree=tree,
+            gpu_shares=gpu_shares,
         )
 
     # ---------------------------------------------------------------- lookups
@@ -340,6 +353,28 @@ class ClusterState:
         assert job.allocation is not None, f"job {job.id} is not running"
         return self._node_types[job.allocation[0].node]
 
+    @functools.cached_property
+    def topology_levels(self) -> tuple[str, ...]:
+        """The snapshot's topology levels, outermost first (empty: no topology)."""
+        return _topology_levels(self.snapshot)
+
+    @functools.cached_property
+    def largest_node(self) -> dict[str, int]:
+        """Per GPU type: the most GPUs one node of that type has (every node, available or not;
+        0 for a type without nodes), what a job's default node shape is measured against
+        (:func:`optsched.engine.shape.shape_of`)."""
+        out = {t: 0 for t in self.type_names}
+        for n in self.snapshot.nodes:
+            out[n.gpu_type] = max(out[n.gpu_type], n.gpus)
+        return out
+
+    def domain(self, node_id: str, level: int) -> tuple[str, ...]:
+        """The node's domain at topology level ``level`` (an index of ``topology_levels``): the
+        names of its domains from the outermost level down to that one, so a domain is named by
+        its whole path."""
+        topo = self.snapshot.nodes[self.node_index[node_id]].topology or {}
+        return tuple(topo[name] for name in self.topology_levels[: level + 1])
+
 
 def _validate_elastic(job: Job, i: int) -> None:
     """Elastic fields: ``min_gpus <= gpus <= max_gpus``, sizes on the ``gpus_step`` grid."""
@@ -366,6 +401,79 @@ def _validate_elastic(job: Job, i: int) -> None:
             f"gpus {job.gpus} is not an allowed size (min_gpus {lo} + a multiple of gpus_step "
             f"{job.gpus_step})",
         )
+
+
+def _topology_levels(snap: Snapshot) -> tuple[str, ...]:
+    """The declared topology levels; a level named twice is refused."""
+    if snap.topology is None:
+        return ()
+    levels = tuple(snap.topology.levels)
+    for k, name in enumerate(levels):
+        if name in levels[:k]:
+            raise SnapshotError(f"topology.levels[{k}]", f"level '{name}' is declared twice")
+    return levels
+
+
+def _validate_node_topology(topo: dict[str, str] | None, levels: tuple[str, ...], i: int) -> None:
+    """A node names its domain at every declared level, and at no other."""
+    if topo is None:
+        if levels:
+            raise SnapshotError(
+                f"nodes[{i}].topology", f"missing: the snapshot declares levels {list(levels)}"
+            )
+        return
+    for name in topo:
+        if name not in levels:
+            raise SnapshotError(f"nodes[{i}].topology.{name}", f"undeclared topology level '{name}'")
+    for name in levels:
+        if name not in topo:
+            raise SnapshotError(f"nodes[{i}].topology", f"missing level '{name}'")
+
+
+def _validate_shape(job: Job, i: int, levels: tuple[str, ...]) -> None:
+    """Node shape, fractional GPUs and topology requests of one job."""
+    p = f"jobs[{i}]"
+    if job.gpu_milli is not None:
+        if job.gpus != 1:
+            raise SnapshotError(
+                f"{p}.gpu_milli",
+                f"a fractional job takes a share of one GPU (gpus must be 1, got {job.gpus})",
+            )
+        if job.is_elastic:
+            raise SnapshotError(f"{p}.gpu_milli", "an elastic job takes whole GPUs")
+    if job.gpus_per_node is not None:
+        if job.spread:
+            raise SnapshotError(f"{p}.gpus_per_node", "a job that spreads (spread: true) has no node shape")
+        if job.is_elastic:
+            raise SnapshotError(
+                f"{p}.gpus_per_node", "an elastic job spreads over nodes: it has no node shape"
+            )
+        if job.gpus % job.gpus_per_node:
+            raise SnapshotError(
+                f"{p}.gpus_per_node",
+                f"gpus {job.gpus} is not a whole number of nodes of {job.gpus_per_node} GPUs",
+            )
+    if job.topology is not None and job.topology.level not in levels:
+        raise SnapshotError(f"{p}.topology.level", f"undeclared topology level '{job.topology.level}'")
+
+
+def _shares(snap: Snapshot, key: GpuKey, idxs: list[int], fractional: list[bool]) -> int:
+    """The thousandths of GPU ``key`` its fractional running jobs take; a GPU that holds a
+    fractional job holds fractional jobs only, whose shares sum to at most 1000."""
+    from optsched.schema.limits import MILLI_PER_GPU
+
+    where = f"jobs[{idxs[-1]}].allocation"
+    if not all(fractional):
+        whole = next(snap.jobs[x].id for x, f in zip(idxs, fractional, strict=True) if not f)
+        raise SnapshotError(
+            where, f"GPU {key[0]}/{key[1]} holds a fractional job and '{whole}', which takes whole GPUs"
+        )
+    total = sum(snap.jobs[x].gpu_milli or 0 for x in idxs)
+    if total > MILLI_PER_GPU:
+        raise SnapshotError(
+            where, f"GPU {key[0]}/{key[1]}: the shares on it sum to {total} > {MILLI_PER_GPU}"
+        )
+    return total
 
 
 def _host_guest(a: Job, b: Job) -> tuple[Job, Job]:

@@ -19,6 +19,7 @@ INVARIANT_NAMES: dict[int, str] = {
     7: "bad-input",
     8: "work-conservation",
     9: "pool-lending",
+    10: "node-shape",
 }
 """Invariant number -> its short name in ``docs/snapshot-format.md``."""
 

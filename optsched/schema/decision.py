@@ -67,6 +67,19 @@ class QueueReason(StrEnum):
     GPU_MEMORY = "gpu_memory"
     """Its stated ``memory_gib`` per GPU exceeds the memory of every GPU type it allows: it can
     never start here."""
+    GPUS_PER_NODE = "gpus_per_node"
+    """No available node (or not enough of them) of any allowed type has as many GPUs as its
+    shape puts on each node: it can never start here."""
+    CPU = "cpu"
+    """No available node of any allowed type has the CPUs it needs on each node (``cpu_milli``)."""
+    HOST_MEMORY = "host_memory"
+    """No available node of any allowed type has the host memory it needs on each node
+    (``memory_mib``)."""
+    TOPOLOGY = "topology"
+    """No domain of its required topology level has enough nodes that could hold its pieces."""
+    NODE_SHAPE = "node_shape"
+    """Enough free GPUs of an allowed type and quota, but no set of free nodes holds its shape now
+    (its GPUs per node, CPU, host memory or topology): fragmentation."""
 
 
 Binding = Literal[

@@ -82,6 +82,18 @@ MAX_TIME_LIMIT_S = 86_400.0
 MAX_MEMORY_GIB = 1e6
 """GiB of one GPU, one job's need per GPU, or one model."""
 
+MAX_CPU_MILLI = 100_000_000
+"""Milli-CPUs of one node, or one job's need on each of its nodes (``cpu_milli``): 100,000 cores."""
+
+MAX_MEMORY_MIB = 1 << 30
+"""MiB of host memory of one node, or one job's need on each of its nodes (``memory_mib``): 1 PiB."""
+
+MILLI_PER_GPU = 1_000
+"""A fractional job's ``gpu_milli`` is a share of one GPU in thousandths: 1 to this."""
+
+MAX_TOPOLOGY_LEVELS = 8
+"""Levels of ``topology.levels`` (block, rack, ...: nodes are the implicit last level)."""
+
 MAX_FACTOR = 1e6
 """Weights, speeds and other dimensionless factors (``weight``, ``speed``, priority-class
 weights, ``hysteresis``, ``session_value``)."""
@@ -107,6 +119,12 @@ LIMIT_NOUNS: dict[tuple[str, str], str] = {
     ("Job", "max_gpus"): "GPUs in one job",
     ("Job", "gpus_step"): "GPUs in one job",
     ("Job", "allocation"): "GPUs in one allocation",
+    ("Job", "gpus_per_node"): "GPUs per node",
+    ("Job", "cpu_milli"): "milli-CPUs",
+    ("Job", "memory_mib"): "MiB",
+    ("Node", "cpu_milli"): "milli-CPUs",
+    ("Node", "memory_mib"): "MiB",
+    ("Topology", "levels"): "topology levels",
     ("Job", "features"): "features per job",
     ("Options", "num_workers"): "solver threads",
     ("Options", "seed"): "(a 32-bit seed)",

@@ -19,6 +19,10 @@ Fields optsched adds to format 1 (see "Added fields" in ``docs/snapshot-format.m
   whose size the engine chooses at start and may change while they run.
 * ``Workflows.pool_lending``, ``Device.lent_by``, ``Device.lent_since_s``: cluster GPUs lent to
   the serving pool from idle quota (the pool's size as a decision).
+* ``Snapshot.topology``, ``Node.topology``, ``Node.cpu_milli``, ``Node.memory_mib``,
+  ``Job.gpus_per_node``, ``Job.spread``, ``Job.cpu_milli``, ``Job.memory_mib``, ``Job.gpu_milli``,
+  ``Job.topology``: node shape, host resources, fractional GPUs and topology ("Node shape" in
+  ``docs/snapshot-format.md``).
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from pydantic_core import PydanticCustomError
 from optsched.schema.limits import (
     MAX_ACTIVATIONS,
     MAX_ASSURANCE_HISTORY,
+    MAX_CPU_MILLI,
     MAX_ELASTIC_SIZES,
     MAX_FACTOR,
     MAX_FEATURES,
@@ -52,6 +57,7 @@ from optsched.schema.limits import (
     MAX_ID_LENGTH,
     MAX_JOBS,
     MAX_MEMORY_GIB,
+    MAX_MEMORY_MIB,
     MAX_MODELS,
     MAX_NODES,
     MAX_PARTITIONS,
@@ -62,8 +68,10 @@ from optsched.schema.limits import (
     MAX_TEXT_LENGTH,
     MAX_TIME_LIMIT_S,
     MAX_TOKENS,
+    MAX_TOPOLOGY_LEVELS,
     MAX_TOTAL_GPUS,
     MAX_WORKERS,
+    MILLI_PER_GPU,
 )
 
 # Strict scalars: a count is a JSON integer (4; not 4.0, "4" or true), a flag a JSON boolean,
@@ -194,6 +202,28 @@ class Node(_Strict):
         default=True,
         strict=True,
         description="False when the node is drained or failed: nothing runs or starts on it.",
+    )
+    cpu_milli: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_CPU_MILLI,
+        strict=True,
+        description="CPUs of the node in thousandths (added by optsched); null: not tracked, any "
+        "job's CPU need fits.",
+    )
+    memory_mib: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_MEMORY_MIB,
+        strict=True,
+        description="Host memory of the node, MiB (added by optsched); null: not tracked.",
+    )
+    topology: dict[Name, Name] | None = Field(
+        default=None,
+        max_length=MAX_TOPOLOGY_LEVELS,
+        description="The node's domain at each level of `topology.levels` (added by optsched), "
+        'e.g. {"block": "b1", "rack": "r3"}; required for every declared level when the snapshot '
+        "declares a topology.",
     )
 
 
@@ -328,6 +358,31 @@ class QuotaGroup(_Strict):
         max_length=MAX_GPU_TYPES,
         description="Most GPUs per type of the quota of tenants inside the group that tenants "
         "outside it may borrow, in all; null, or a type not listed: no limit.",
+    )
+
+
+class Topology(_Strict):
+    """The levels of the fleet's network topology, outermost first (added by optsched): for
+    example ``["block", "rack"]``, as Slurm's topology/tree and Kueue's topology-aware
+    scheduling describe them; each node is the implicit innermost level."""
+
+    levels: list[Name] = Field(
+        min_length=1,
+        max_length=MAX_TOPOLOGY_LEVELS,
+        description="Level names, outermost first (each node names its domain at every level).",
+    )
+
+
+class TopologyRequest(_Strict):
+    """A job's topology request (added by optsched): all of its nodes in one domain of
+    ``level``."""
+
+    level: Name = Field(description="A level of the snapshot's `topology.levels`.")
+    mode: Literal["required", "preferred"] = Field(
+        default="required",
+        description="required: the job starts only inside one domain of the level (Kueue's "
+        "required topology, Slurm's --switches); preferred: inside one domain when it can, else "
+        "across domains.",
     )
 
 
@@ -476,6 +531,51 @@ class Job(_Strict):
         max_length=MAX_FEATURES,
         description="Free-form inputs for the predictors (user, job name, ...), string or number values.",
     )
+    gpus_per_node: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_GPUS_PER_NODE,
+        strict=True,
+        description="Node shape (added by optsched): the job runs on gpus / gpus_per_node nodes with "
+        "exactly this many GPUs on each (a whole number of nodes); null: the default shape (a job "
+        "no larger than a node runs on one node, a larger one on whole nodes).",
+    )
+    spread: bool = Field(
+        default=False,
+        strict=True,
+        description="The job may spread over any GPUs of its type, node boundaries ignored (added "
+        "by optsched); elastic jobs always do.",
+    )
+    cpu_milli: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_CPU_MILLI,
+        strict=True,
+        description="CPUs the job needs on each of its nodes, in thousandths (added by optsched); "
+        "null: none.",
+    )
+    memory_mib: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_MEMORY_MIB,
+        strict=True,
+        description="Host memory the job needs on each of its nodes, MiB (added by optsched); null: "
+        "none.",
+    )
+    gpu_milli: int | None = Field(
+        default=None,
+        ge=1,
+        le=MILLI_PER_GPU,
+        strict=True,
+        description="A fractional job (added by optsched): the share of ONE GPU it takes, in "
+        "thousandths (1-1000; gpus must be 1); shares on one GPU sum to at most 1000. null or "
+        "1000: whole GPUs.",
+    )
+    topology: TopologyRequest | None = Field(
+        default=None,
+        description="All of the job's nodes in one domain of a topology level (added by optsched); "
+        "null: anywhere.",
+    )
 
     @model_validator(mode="after")
     def _running_and_sizes(self) -> Job:
@@ -499,6 +599,11 @@ class Job(_Strict):
         return self
 
     @property
+    def is_fractional(self) -> bool:
+        """Whether the job takes a share of one GPU (``gpu_milli`` below a whole GPU)."""
+        return self.gpu_milli is not None and self.gpu_milli < MILLI_PER_GPU
+
+    @property
     def is_elastic(self) -> bool:
         """Whether the job declares a size range (``min_gpus`` or ``max_gpus``) of more than one size."""
         return self.size_range[0] < self.size_range[1]
@@ -519,7 +624,10 @@ class Job(_Strict):
 
     @property
     def is_shareable(self) -> bool:
-        """``shareable`` with the spec's default (true for best_effort)."""
+        """``shareable`` with the spec's default (true for best_effort); a fractional job shares
+        its GPU by its share, never as an MPS pair."""
+        if self.is_fractional:
+            return False
         if self.shareable is not None:
             return self.shareable
         return self.qos == "best_effort"
@@ -810,6 +918,11 @@ class Snapshot(_Strict):
         max_length=MAX_FEATURES,
         description="Weights of named priority classes for every tenant's jobs (added by optsched); "
         "a tenant's own table overrides a name.",
+    )
+    topology: Topology | None = Field(
+        default=None,
+        description="The levels of the network topology nodes name their place in (added by "
+        "optsched); null: no topology.",
     )
     options: Options | None = Field(default=None, description="Solver options for this epoch.")
 

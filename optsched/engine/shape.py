@@ -1,0 +1,143 @@
+"""Node shape: how a job's GPUs, CPUs and host memory lie on nodes, one rule for every path.
+
+A job runs on ``nodes`` nodes with ``per_node`` GPUs on each (its *pieces*), and needs
+``cpu_milli`` and ``memory_mib`` on each of them. The shape is the job's ``gpus_per_node`` when
+it states one; otherwise the default (what Slurm's per-node gres and Lucid's consolidating
+placement do): a job no larger than the largest node of the GPU type runs on one node, a larger
+one on the fewest nodes with the same number of GPUs on each (the largest divisor of its gang
+that a node holds: 16 GPUs on 8-GPU nodes are 2 x 8, 12 are 2 x 6). A job with ``spread: true``
+and every elastic job may spread over any free GPUs of the type (``per_node`` 0). A fractional
+job (``gpu_milli`` below 1000) takes a share of one GPU of one node.
+
+A topology request (``Job.topology``) puts every node of a job inside one domain of a level; a
+one-node job always is, so only jobs of two or more nodes carry it into the model.
+
+The model (:mod:`optsched.engine.formulation`), the greedy plan, decoding, the event path and the
+simulator's baselines read shapes here; the checker (:mod:`optsched.engine.check`) writes its own
+copy of the rule, as it does for every rule.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from optsched.schema.limits import MILLI_PER_GPU
+
+if TYPE_CHECKING:
+    from optsched.engine.state import ClusterState
+    from optsched.schema.snapshot import Job
+
+__all__ = ["NEVER_REASONS", "Shape", "default_shape", "never_fits", "shape_of"]
+
+NEVER_REASONS = ("gpus_per_node", "cpu", "host_memory", "topology")
+"""Queue reasons of a job that no node (or topology domain) of an allowed type could ever hold,
+however empty the cluster: the resource that is too small."""
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One job's shape on one GPU type."""
+
+    gpus: int
+    per_node: int
+    """GPUs on each node; 0 for a job that spreads over any free GPUs of the type."""
+    nodes: int
+    """Nodes (0 for a spread job)."""
+    cpu_milli: int = 0
+    """Thousandths of a CPU needed on each node."""
+    memory_mib: int = 0
+    """Host memory needed on each node, MiB."""
+    milli: int = MILLI_PER_GPU
+    """Thousandths of a GPU per GPU: 1000 for whole GPUs, less for a fractional job."""
+    level: int = -1
+    """Topology level index (``ClusterState.topology_levels``) all its nodes must share; -1: none
+    (also for a one-node job, which is always inside one domain)."""
+    required: bool = True
+    """Whether the topology request is required (else preferred)."""
+
+    @property
+    def spread(self) -> bool:
+        return self.per_node == 0
+
+    @property
+    def fractional(self) -> bool:
+        return self.milli < MILLI_PER_GPU
+
+    @property
+    def key(self) -> tuple[int, int, int, int, int, int, bool]:
+        """What makes two shapes interchangeable in the model."""
+        return (
+            self.per_node, self.nodes, self.cpu_milli, self.memory_mib, self.milli, self.level, self.required
+        )
+
+
+def default_shape(gpus: int, largest: int) -> tuple[int, int]:
+    """(GPUs per node, nodes) of a job of ``gpus`` GPUs on nodes of at most ``largest`` GPUs:
+    one node when it fits one, else the largest divisor of ``gpus`` that a node holds.
+
+    >>> default_shape(4, 8), default_shape(16, 8), default_shape(12, 8), default_shape(7, 4)
+    ((4, 1), (8, 2), (6, 2), (1, 7))
+    """
+    if largest <= 0:
+        return gpus, 1
+    if gpus <= largest:
+        return gpus, 1
+    for d in range(largest, 0, -1):
+        if gpus % d == 0:
+            return d, gpus // d
+    return 1, gpus  # pragma: no cover - d = 1 always divides
+
+
+def shape_of(state: ClusterState, job: Job, gpu_type: str, gpus: int | None = None) -> Shape:
+    """The shape of ``job`` started on ``gpu_type`` with ``gpus`` GPUs (default: its gang)."""
+    g = job.gpus if gpus is None else gpus
+    cpu = job.cpu_milli or 0
+    mem = job.memory_mib or 0
+    level, required = -1, True
+    if job.topology is not None:
+        level = state.topology_levels.index(job.topology.level)
+        required = job.topology.mode == "required"
+    if job.spread or job.is_elastic:
+        return Shape(g, 0, 0, cpu, mem, MILLI_PER_GPU, level, required)
+    if job.is_fractional:
+        assert job.gpu_milli is not None
+        return Shape(1, 1, 1, cpu, mem, job.gpu_milli)
+    if job.gpus_per_node is not None:
+        per, n = job.gpus_per_node, g // job.gpus_per_node
+    else:
+        per, n = default_shape(g, state.largest_node[gpu_type])
+    if n <= 1:
+        level = -1
+    return Shape(g, per, n, cpu, mem, MILLI_PER_GPU, level, required)
+
+
+def never_fits(state: ClusterState, shape: Shape, gpu_type: str) -> str | None:
+    """The resource no available node of ``gpu_type`` could ever give the job, however empty
+    the cluster (a reason of :data:`NEVER_REASONS`), or ``None`` when an empty cluster would
+    hold it."""
+    nodes = [n for n in state.snapshot.nodes if n.available and n.gpu_type == gpu_type]
+    if not nodes:
+        return None  # the type has no capacity: type_unavailable, decided elsewhere
+    if not shape.spread:
+        big = [n for n in nodes if n.gpus >= shape.per_node]
+        if len(big) < max(1, shape.nodes):
+            return "gpus_per_node"
+    else:
+        big = nodes
+    cpu_ok = [n for n in big if n.cpu_milli is None or n.cpu_milli >= shape.cpu_milli]
+    if len(cpu_ok) < max(1, shape.nodes):
+        return "cpu"
+    fit = [n for n in cpu_ok if n.memory_mib is None or n.memory_mib >= shape.memory_mib]
+    if len(fit) < max(1, shape.nodes):
+        return "host_memory"
+    if shape.spread and sum(n.gpus for n in fit) < shape.gpus:
+        return "gpus_per_node"
+    if shape.level >= 0 and shape.required and shape.nodes > 1:
+        per_domain: dict[tuple[str, ...], int] = defaultdict(int)
+        for n in fit:
+            per_domain[state.domain(n.id, shape.level)] += 1
+        if max(per_domain.values()) < shape.nodes:
+            return "topology"
+    return None

@@ -1,0 +1,148 @@
+"""Node shape, host resources, fractional GPUs and topology: the format's rules (invariant 7) and
+the default shape (optsched.engine.shape)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from optsched.engine.shape import default_shape, never_fits, shape_of
+from optsched.engine.state import load_state
+from optsched.errors import SnapshotError
+from optsched.testing import cluster, pending, running
+
+
+def base() -> dict[str, Any]:
+    s = cluster(nodes={"n0": ("A100", 8), "n1": ("A100", 8)}, tenants={"a": {"A100": 8}, "b": {"A100": 8}})
+    s["topology"] = {"levels": ["block", "rack"]}
+    for k, n in enumerate(s["nodes"]):
+        n["topology"] = {"block": "b0", "rack": f"r{k}"}
+        n["cpu_milli"] = 64_000
+        n["memory_mib"] = 512_000
+    s["jobs"] = [
+        running("r0", "a", [("n0", 0)], start_s=1000.0),
+        pending("p0", "b", 16, submit_s=2000.0),
+    ]
+    s["jobs"][0].update(gpu_milli=500)
+    s["jobs"][1].update(gpus_per_node=8, cpu_milli=8_000, memory_mib=64_000, topology={"level": "block"})
+    return s
+
+
+def _set(path: list[Any], value: Any) -> Callable[[dict[str, Any]], None]:
+    def fix(s: dict[str, Any]) -> None:
+        obj = s
+        for k in path[:-1]:
+            obj = obj[k]
+        obj[path[-1]] = value
+
+    return fix
+
+
+def _del(path: list[Any]) -> Callable[[dict[str, Any]], None]:
+    def fix(s: dict[str, Any]) -> None:
+        obj = s
+        for k in path[:-1]:
+            obj = obj[k]
+        del obj[path[-1]]
+
+    return fix
+
+
+CASES = [
+    ("topology.levels[1]", _set(["topology", "levels"], ["block", "block"]), "declared twice"),
+    ("topology.levels", _set(["topology", "levels"], []), "at least 1"),
+    ("nodes[1].topology", _del(["nodes", 1, "topology", "rack"]), "missing level 'rack'"),
+    ("nodes[0].topology.row", _set(["nodes", 0, "topology", "row"], "x"), "undeclared topology level 'row'"),
+    ("nodes[0].topology", _del(["nodes", 0, "topology"]), "declares levels"),
+    ("nodes[0].cpu_milli", _set(["nodes", 0, "cpu_milli"], -1), "greater than or equal to 0"),
+    ("nodes[0].memory_mib", _set(["nodes", 0, "memory_mib"], 1.5), "valid integer"),
+    ("jobs[1].gpus_per_node", _set(["jobs", 1, "gpus_per_node"], 6), "not a whole number of nodes of 6"),
+    ("jobs[1].gpus_per_node", _set(["jobs", 1, "gpus_per_node"], 0), "greater than or equal to 1"),
+    ("jobs[1].gpus_per_node", _set(["jobs", 1, "spread"], True), "no node shape"),
+    ("jobs[1].gpu_milli", _set(["jobs", 1, "gpu_milli"], 300), "gpus must be 1, got 16"),
+    ("jobs[0].gpu_milli", _set(["jobs", 0, "gpu_milli"], 1001), "less than or equal to 1000"),
+    ("jobs[0].gpu_milli", _set(["jobs", 0, "gpu_milli"], 0), "greater than or equal to 1"),
+    ("jobs[1].topology.level", _set(["jobs", 1, "topology", "level"], "row"), "undeclared topology level"),
+    ("jobs[1].topology.mode", _set(["jobs", 1, "topology", "mode"], "maybe"), "required"),
+    ("jobs[1].cpu_milli", _set(["jobs", 1, "cpu_milli"], 10**12), "at most"),
+    (
+        "jobs[2].allocation",
+        lambda s: s["jobs"].append({**running("r1", "b", [("n0", 0)], start_s=1.0), "gpu_milli": 600}),
+        "sum to 1100 > 1000",
+    ),
+    (
+        "jobs[2].allocation",
+        lambda s: s["jobs"].append(running("r1", "b", [("n0", 0)], start_s=1.0)),
+        "takes whole GPUs",
+    ),
+]
+
+
+@pytest.mark.parametrize(("path", "fix", "message"), CASES, ids=[f"{c[0]}:{c[2]}" for c in CASES])
+def test_bad_shape_fields_name_the_field(
+    path: str, fix: Callable[[dict[str, Any]], None], message: str
+) -> None:
+    s = base()
+    load_state(s)  # the base is valid
+    fix(s)
+    with pytest.raises(SnapshotError) as err:
+        load_state(json.dumps(s))
+    assert err.value.path == path
+    assert message in err.value.message
+
+
+def test_shares_that_fit_one_gpu_are_accepted() -> None:
+    s = base()
+    s["jobs"].append({**running("r1", "b", [("n0", 0)], start_s=1.0), "gpu_milli": 500})
+    state = load_state(s)
+    assert state.gpu_shares[("n0", 0)] == 1000
+    assert state.gpu_holders[("n0", 0)] == ("r0", "r1")
+
+
+@pytest.mark.parametrize(
+    ("gpus", "largest", "shape"),
+    [(1, 8, (1, 1)), (8, 8, (8, 1)), (16, 8, (8, 2)), (64, 8, (8, 8)), (12, 8, (6, 2)), (20, 8, (5, 4)),
+     (7, 4, (1, 7)), (6, 4, (3, 2)), (3, 0, (3, 1))],
+)
+def test_default_shape(gpus: int, largest: int, shape: tuple[int, int]) -> None:
+    assert default_shape(gpus, largest) == shape
+
+
+def test_shape_of_reads_the_job() -> None:
+    state = load_state(base())
+    p0 = state.job("p0")
+    sh = shape_of(state, p0, "A100")
+    got = (sh.per_node, sh.nodes, sh.cpu_milli, sh.memory_mib, sh.level, sh.required)
+    assert got == (8, 2, 8000, 64000, 0, True)
+    frac = shape_of(state, state.job("r0"), "A100")
+    assert frac.fractional and frac.milli == 500 and frac.nodes == 1
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"gpus_per_node": 16}, "gpus_per_node"),
+        ({"gpus": 24, "gpus_per_node": 8}, "gpus_per_node"),
+        ({"cpu_milli": 65_000}, "cpu"),
+        ({"memory_mib": 600_000}, "host_memory"),
+        ({}, None),
+    ],
+)
+def test_never_fits_names_the_resource(change: dict[str, Any], reason: str | None) -> None:
+    s = base()
+    s["jobs"][1].update(change)
+    state = load_state(s)
+    assert never_fits(state, shape_of(state, state.job("p0"), "A100"), "A100") == reason
+
+
+def test_required_topology_needs_one_domain_with_enough_nodes() -> None:
+    s = base()
+    s["nodes"][1]["topology"]["block"] = "b1"  # the two nodes now lie in two blocks
+    state = load_state(s)
+    assert never_fits(state, shape_of(state, state.job("p0"), "A100"), "A100") == "topology"
+    s["jobs"][1]["topology"]["mode"] = "preferred"
+    state = load_state(s)
+    assert never_fits(state, shape_of(state, state.job("p0"), "A100"), "A100") is None
