@@ -1,13 +1,14 @@
 """Node shape: how a job's GPUs, CPUs and host memory lie on nodes, one rule for every path.
 
-A job runs on ``nodes`` nodes with ``per_node`` GPUs on each (its *pieces*), and needs
-``cpu_milli`` and ``memory_mib`` on each of them. The shape is the job's ``gpus_per_node`` when
-it states one; otherwise the default (what Slurm's per-node gres and Lucid's consolidating
-placement do): a job no larger than the largest node of the GPU type runs on one node, a larger
-one on the fewest nodes with the same number of GPUs on each (the largest divisor of its gang
-that a node holds: 16 GPUs on 8-GPU nodes are 2 x 8, 12 are 2 x 6). A job with ``spread: true``
-and every elastic job may spread over any free GPUs of the type (``per_node`` 0). A fractional
-job (``gpu_milli`` below 1000) takes a share of one GPU of one node.
+A job runs on one node per *piece*, a piece being the GPUs it takes on that node, and needs
+``cpu_milli`` and ``memory_mib`` on each of its nodes. With ``gpus_per_node`` the pieces are
+``gpus / gpus_per_node`` pieces of ``gpus_per_node``. Otherwise the default is Lucid's
+consolidating placement (what the Venus cluster ran): on a GPU type whose largest node has ``N``
+GPUs, a job of at most ``N`` GPUs is one piece (one node); a larger one takes ``gpus // N`` whole
+nodes and, when ``N`` does not divide it, one more node for the remaining ``gpus % N`` (16 GPUs on
+8-GPU nodes: 8 + 8; 12: 8 + 4; 17: 8 + 8 + 1). A job with ``spread: true`` and every elastic job
+may spread over any free GPUs of the type (no pieces). A fractional job (``gpu_milli`` below
+1000) takes a share of one GPU of one node.
 
 A topology request (``Job.topology``) puts every node of a job inside one domain of a level; a
 one-node job always is, so only jobs of two or more nodes carry it into the model.
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from optsched.engine.state import ClusterState
     from optsched.schema.snapshot import Job
 
-__all__ = ["NEVER_REASONS", "Shape", "default_shape", "never_fits", "shape_of"]
+__all__ = ["NEVER_REASONS", "Shape", "default_pieces", "never_fits", "shape_of"]
 
 NEVER_REASONS = ("gpus_per_node", "cpu", "host_memory", "topology")
 """Queue reasons of a job that no node (or topology domain) of an allowed type could ever hold,
@@ -41,10 +42,9 @@ class Shape:
     """One job's shape on one GPU type."""
 
     gpus: int
-    per_node: int
-    """GPUs on each node; 0 for a job that spreads over any free GPUs of the type."""
-    nodes: int
-    """Nodes (0 for a spread job)."""
+    pieces: tuple[int, ...]
+    """GPUs on each of its nodes, largest first; empty for a job that spreads over any free
+    GPUs of the type."""
     cpu_milli: int = 0
     """Thousandths of a CPU needed on each node."""
     memory_mib: int = 0
@@ -59,35 +59,39 @@ class Shape:
 
     @property
     def spread(self) -> bool:
-        return self.per_node == 0
+        return not self.pieces
+
+    @property
+    def nodes(self) -> int:
+        """Nodes the job takes (0 for a spread job)."""
+        return len(self.pieces)
+
+    @property
+    def largest(self) -> int:
+        """Its largest piece (0 for a spread job)."""
+        return self.pieces[0] if self.pieces else 0
 
     @property
     def fractional(self) -> bool:
         return self.milli < MILLI_PER_GPU
 
     @property
-    def key(self) -> tuple[int, int, int, int, int, int, bool]:
+    def key(self) -> tuple[tuple[int, ...], int, int, int, int, bool]:
         """What makes two shapes interchangeable in the model."""
-        return (
-            self.per_node, self.nodes, self.cpu_milli, self.memory_mib, self.milli, self.level, self.required
-        )
+        return (self.pieces, self.cpu_milli, self.memory_mib, self.milli, self.level, self.required)
 
 
-def default_shape(gpus: int, largest: int) -> tuple[int, int]:
-    """(GPUs per node, nodes) of a job of ``gpus`` GPUs on nodes of at most ``largest`` GPUs:
-    one node when it fits one, else the largest divisor of ``gpus`` that a node holds.
+def default_pieces(gpus: int, largest: int) -> tuple[int, ...]:
+    """The pieces of a job of ``gpus`` GPUs on nodes of at most ``largest`` GPUs: one node when
+    it fits one, else whole nodes and one node for the rest.
 
-    >>> default_shape(4, 8), default_shape(16, 8), default_shape(12, 8), default_shape(7, 4)
-    ((4, 1), (8, 2), (6, 2), (1, 7))
+    >>> default_pieces(4, 8), default_pieces(16, 8), default_pieces(12, 8), default_pieces(17, 8)
+    ((4,), (8, 8), (8, 4), (8, 8, 1))
     """
-    if largest <= 0:
-        return gpus, 1
-    if gpus <= largest:
-        return gpus, 1
-    for d in range(largest, 0, -1):
-        if gpus % d == 0:
-            return d, gpus // d
-    return 1, gpus  # pragma: no cover - d = 1 always divides
+    if largest <= 0 or gpus <= largest:
+        return (gpus,)
+    whole, rest = divmod(gpus, largest)
+    return (largest,) * whole + ((rest,) if rest else ())
 
 
 def shape_of(state: ClusterState, job: Job, gpu_type: str, gpus: int | None = None) -> Shape:
@@ -100,17 +104,17 @@ def shape_of(state: ClusterState, job: Job, gpu_type: str, gpus: int | None = No
         level = state.topology_levels.index(job.topology.level)
         required = job.topology.mode == "required"
     if job.spread or job.is_elastic:
-        return Shape(g, 0, 0, cpu, mem, MILLI_PER_GPU, level, required)
+        return Shape(g, (), cpu, mem, MILLI_PER_GPU, level, required)
     if job.is_fractional:
         assert job.gpu_milli is not None
-        return Shape(1, 1, 1, cpu, mem, job.gpu_milli)
+        return Shape(1, (1,), cpu, mem, job.gpu_milli)
     if job.gpus_per_node is not None:
-        per, n = job.gpus_per_node, g // job.gpus_per_node
+        pieces = (job.gpus_per_node,) * (g // job.gpus_per_node)
     else:
-        per, n = default_shape(g, state.largest_node[gpu_type])
-    if n <= 1:
+        pieces = default_pieces(g, state.largest_node[gpu_type])
+    if len(pieces) <= 1:
         level = -1
-    return Shape(g, per, n, cpu, mem, MILLI_PER_GPU, level, required)
+    return Shape(g, pieces, cpu, mem, MILLI_PER_GPU, level, required)
 
 
 def never_fits(state: ClusterState, shape: Shape, gpu_type: str) -> str | None:
@@ -121,9 +125,11 @@ def never_fits(state: ClusterState, shape: Shape, gpu_type: str) -> str | None:
     if not nodes:
         return None  # the type has no capacity: type_unavailable, decided elsewhere
     if not shape.spread:
-        big = [n for n in nodes if n.gpus >= shape.per_node]
-        if len(big) < max(1, shape.nodes):
+        # the k-th largest piece needs k nodes at least that large
+        sizes = sorted((n.gpus for n in nodes), reverse=True)
+        if len(sizes) < shape.nodes or any(sizes[k] < p for k, p in enumerate(shape.pieces)):
             return "gpus_per_node"
+        big = [n for n in nodes if n.gpus >= shape.pieces[-1]]
     else:
         big = nodes
     cpu_ok = [n for n in big if n.cpu_milli is None or n.cpu_milli >= shape.cpu_milli]
@@ -135,9 +141,15 @@ def never_fits(state: ClusterState, shape: Shape, gpu_type: str) -> str | None:
     if shape.spread and sum(n.gpus for n in fit) < shape.gpus:
         return "gpus_per_node"
     if shape.level >= 0 and shape.required and shape.nodes > 1:
-        per_domain: dict[tuple[str, ...], int] = defaultdict(int)
+        per_domain: dict[tuple[str, ...], list[int]] = defaultdict(list)
         for n in fit:
-            per_domain[state.domain(n.id, shape.level)] += 1
-        if max(per_domain.values()) < shape.nodes:
+            per_domain[state.domain(n.id, shape.level)].append(n.gpus)
+        if not any(_holds(sorted(sz, reverse=True), shape.pieces) for sz in per_domain.values()):
             return "topology"
     return None
+
+
+def _holds(sizes: list[int], pieces: tuple[int, ...]) -> bool:
+    """Whether nodes of ``sizes`` GPUs (largest first) hold ``pieces`` (largest first), one
+    piece a node."""
+    return len(sizes) >= len(pieces) and all(sizes[k] >= p for k, p in enumerate(pieces))

@@ -538,7 +538,7 @@ class Job(_Strict):
         strict=True,
         description="Node shape (added by optsched): the job runs on gpus / gpus_per_node nodes with "
         "exactly this many GPUs on each (a whole number of nodes); null: the default shape (a job "
-        "no larger than a node runs on one node, a larger one on whole nodes).",
+        "no larger than a node runs on one node, a larger one on whole nodes plus one node for the rest).",
     )
     spread: bool = Field(
         default=False,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from optsched.engine.shape import default_shape, never_fits, shape_of
+from optsched.engine.shape import default_pieces, never_fits, shape_of
 from optsched.engine.state import load_state
 from optsched.errors import SnapshotError
 from optsched.testing import cluster, pending, running
@@ -103,20 +103,20 @@ def test_shares_that_fit_one_gpu_are_accepted() -> None:
 
 
 @pytest.mark.parametrize(
-    ("gpus", "largest", "shape"),
-    [(1, 8, (1, 1)), (8, 8, (8, 1)), (16, 8, (8, 2)), (64, 8, (8, 8)), (12, 8, (6, 2)), (20, 8, (5, 4)),
-     (7, 4, (1, 7)), (6, 4, (3, 2)), (3, 0, (3, 1))],
+    ("gpus", "largest", "pieces"),
+    [(1, 8, (1,)), (8, 8, (8,)), (16, 8, (8, 8)), (64, 8, (8,) * 8), (12, 8, (8, 4)),
+     (17, 8, (8, 8, 1)), (7, 4, (4, 3)), (3, 0, (3,))],
 )
-def test_default_shape(gpus: int, largest: int, shape: tuple[int, int]) -> None:
-    assert default_shape(gpus, largest) == shape
+def test_default_pieces(gpus: int, largest: int, pieces: tuple[int, ...]) -> None:
+    assert default_pieces(gpus, largest) == pieces
 
 
 def test_shape_of_reads_the_job() -> None:
     state = load_state(base())
     p0 = state.job("p0")
     sh = shape_of(state, p0, "A100")
-    got = (sh.per_node, sh.nodes, sh.cpu_milli, sh.memory_mib, sh.level, sh.required)
-    assert got == (8, 2, 8000, 64000, 0, True)
+    got = (sh.pieces, sh.nodes, sh.cpu_milli, sh.memory_mib, sh.level, sh.required)
+    assert got == ((8, 8), 2, 8000, 64000, 0, True)
     frac = shape_of(state, state.job("r0"), "A100")
     assert frac.fractional and frac.milli == 500 and frac.nodes == 1
 
