@@ -44,9 +44,10 @@ from typing import Any
 
 from optsched.engine import assurance as asr
 from optsched.engine.check import check_decision, over_quota_note
-from optsched.engine.ledger import Placer, derive_loans, kept_over_quota
+from optsched.engine.ledger import NodePool, derive_loans, kept_over_quota
 from optsched.engine.objective import ObjectiveWeights
 from optsched.engine.rules import cap_starved, starved_types
+from optsched.engine.shape import shape_of
 from optsched.engine.state import ClusterState
 from optsched.errors import OptschedError
 from optsched.predict.base import Predictor
@@ -115,28 +116,6 @@ def _next_state(state: ClusterState, started: set[str]) -> dict[str, dict[str, A
     return out
 
 
-def _free_gpus(state: ClusterState) -> tuple[Placer, dict[str, int]]:
-    """The idle GPUs of the available nodes (neither held by a job nor in the pool): the placer
-    over them and their number per type."""
-    snap = state.snapshot
-    held: dict[str, set[int]] = defaultdict(set)
-    for nid, g in state.gpu_holders:
-        held[nid].add(g)
-    pool = state.pool_gpus
-    free: dict[str, list[int]] = {}
-    nodes_by_type: dict[str, list[str]] = defaultdict(list)
-    free_n = {t: 0 for t in state.type_names}
-    for node in snap.nodes:
-        if not node.available:
-            continue
-        h = held.get(node.id, ())
-        idle = [g for g in range(node.gpus) if g not in h and (node.id, g) not in pool]
-        free[node.id] = idle
-        nodes_by_type[node.gpu_type].append(node.id)
-        free_n[node.gpu_type] += len(idle)
-    return Placer(free, nodes_by_type), free_n
-
-
 def _usage(state: ClusterState) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]:
     """GPUs in use per (tenant, type) by the running jobs (MPS guests not counted): all of them
     (``use``) and those not on loan (``own``)."""
@@ -157,9 +136,7 @@ class _EventLedger:
     """What the event's starts draw on, updated as jobs start."""
 
     state: ClusterState
-    placer: Placer
-    free_n: dict[str, int]
-    """Idle GPUs per type."""
+    placer: NodePool
     use: dict[tuple[str, str], int]
     own: dict[tuple[str, str], int]
     signal: dict[str, asr.TenantAssurance]
@@ -190,17 +167,19 @@ def _try_start(led: _EventLedger, job: Job, on_loan: bool) -> bool:
         if t in led.off and job.qos != "guaranteed":
             continue
         key = (job.tenant, t)
-        if led.free_n.get(t, 0) < job.gpus or key in led.kept:
+        if key in led.kept:
             continue
         inside = led.own[key] + job.gpus <= state.quota(job.tenant, t)
         if inside == on_loan:
             continue
-        if not _covered(led, key, job.gpus):
+        shape = shape_of(state, job, t)
+        if not led.placer.fits(t, shape) or not _covered(led, key, job.gpus):
             continue
-        led.free_n[t] -= job.gpus
+        alloc = led.placer.place(t, shape)
+        assert alloc is not None
         if not on_loan:
             led.own[key] += job.gpus
-        led.starts.append(Start(job=job.id, allocation=led.placer.place(t, job.gpus), on_loan=on_loan))
+        led.starts.append(Start(job=job.id, allocation=alloc, on_loan=on_loan))
         led.started.add(job.id)
         return True
     return False
@@ -288,14 +267,14 @@ def decide_event(state: ClusterState, *, allow_loans: bool = True,
         The decision failed :func:`check_decision` (the caller should run the full model).
     """
     t0 = time.perf_counter()
-    placer, free_n = _free_gpus(state)
+    placer = NodePool(state)
     use, own = _usage(state)
     signal = _signal(state)
     _, kept = derive_loans(state, use, signal)  # over-quota use no lender covers today
     order = event_order(state.pending())
     # best-effort jobs keep off the types cap-starved tenants' guaranteed jobs wait for
     off = set(starved_types(state, cap_starved(state)))
-    led = _EventLedger(state, placer, free_n, use, own, signal, kept, off)
+    led = _EventLedger(state, placer, use, own, signal, kept, off)
     blocked = _start_in_quota(led, order)
     if allow_loans:
         _start_on_loan(led, order, blocked, hold_for_quota)

@@ -33,17 +33,27 @@ from collections.abc import Mapping
 
 from optsched.engine import assurance as asr
 from optsched.engine import elastic
+from optsched.engine.chunks import chunks_of, levels_for
 from optsched.engine.node_loss import (
     borrow_limits_after_node_loss,
     lend_limits_after_node_loss,
     restart_types,
 )
 from optsched.engine.objective import DEFAULT_WEIGHTS, ObjectiveWeights, job_value, preemption_cost
-from optsched.engine.problem import EpochProblem, GuestCandidate, PendingClass, RunningItem
+from optsched.engine.problem import (
+    EpochProblem,
+    GuestCandidate,
+    MovableNode,
+    PendingClass,
+    RunningItem,
+    TypePlacement,
+)
 from optsched.engine.quota_tree import EMPTY, LoanMatcher, QuotaTree
 from optsched.engine.rules import cap_starved, class_weight, protected, starved_types, victim_slack
+from optsched.engine.shape import Shape, never_fits, shape_of
 from optsched.engine.state import ClusterState
 from optsched.predict.base import Predictions, Predictor
+from optsched.schema.limits import MILLI_PER_GPU
 from optsched.schema.snapshot import Job
 
 MAX_GUEST_JOBS = 256
@@ -53,9 +63,20 @@ MAX_HOSTS_PER_GUEST = 6
 MAX_HOSTS_SCANNED = 48
 """Per guest job, at most this many hosts (most memory room first) get a pair prediction."""
 
-ClassKey = tuple[int, int, tuple[int, ...], bool, str, str, str]
+ShapeSig = tuple[int, bool, int, int, int, str, str]
+"""What a job's node shape depends on besides its gang: (gpus_per_node, spread, cpu_milli,
+memory_mib, gpu_milli, topology level, topology mode)."""
+ClassKey = tuple[int, int, tuple[int, ...], bool, str, str, str, ShapeSig]
 """(tenant, gang, allowed types, guaranteed, singleton job or "", priority class or "", backfill
-group or "")."""
+group or "", shape)."""
+
+
+def _shape_sig(job: Job) -> ShapeSig:
+    topo = job.topology
+    return (
+        job.gpus_per_node or 0, job.spread or job.is_elastic, job.cpu_milli or 0, job.memory_mib or 0,
+        job.gpu_milli or 1000, topo.level if topo else "", topo.mode if topo else "",
+    )
 
 
 def build_problem(
@@ -79,6 +100,7 @@ def build_problem(
     _elastic_growth(sc, run, pend.density)
     pair_rows, complete = _guest_pairs(sc, predictor, run.items, pend)
     classes, guests, reclaim_bonus = _classes(sc, pend, hold, run.max_cost, group_of, static_of, pair_rows)
+    placement, shared = _placement(sc, run.items, classes)
     snap = state.snapshot
     return EpochProblem(
         types=sc.types,
@@ -111,6 +133,9 @@ def build_problem(
             t.preemption.max_gpus_per_epoch if t.preemption is not None else None for t in snap.tenants
         ),
         tree=state.tree,
+        placement=placement,
+        frag_scale=sc.w.fragmentation * min(pend.density.values(), default=0.0),
+        shared_gpus=shared,
     )
 
 
@@ -210,6 +235,7 @@ def _running_items(sc: _Scope) -> _Running:
         guest_on[its_host] += state.job(guest_id).gpus
     max_cost = 0.0
     down = {n.id for n in snap.nodes if not n.available}
+    node_index = state.node_index
     own_density: dict[int, float] = {}  # elastic running item -> its fresh value per GPU
     for job in state.running():
         assert job.allocation is not None
@@ -227,7 +253,11 @@ def _running_items(sc: _Scope) -> _Running:
         tenant = snap.tenants[k]
         # a job younger than its minimum runtime is no priority victim (reclaim still may)
         young = not guest and protected(snap, tenant, job)
-        candidate = job.on_loan or guest or (job.is_preemptible and not guaranteed and not young)
+        # a fractional job keeps its share: a model that counts whole GPUs cannot tell when
+        # stopping shares frees a GPU (it stops only for node loss, ``forced``)
+        candidate = not job.is_fractional and (
+            job.on_loan or guest or (job.is_preemptible and not guaranteed and not young)
+        )
         est = predictions.jobs[job.id]
         elapsed = snap.now - (job.start_s if job.start_s is not None else snap.now)
         remaining = max(0.0, est.runtime_s - elapsed)
@@ -249,11 +279,16 @@ def _running_items(sc: _Scope) -> _Running:
         shrink = shrink_static = 0.0
         if step:
             shrink, shrink_static, own_density[len(running)] = _elastic_running_terms(sc, job, k, remaining)
+        per_node: dict[int, int] = defaultdict(int)
+        for ref in job.allocation:
+            per_node[node_index[ref.node]] += 1
         running.append(
             RunningItem(
                 job.id, k, t, job.gpus, job.on_loan, guest, candidate, cost, lost, slots, host=host_id,
                 static_cost=static_cost, step=step, grow_steps=grow_steps, shrink_steps=shrink_steps,
                 shrink_cost=shrink, shrink_static=shrink_static, overhead_s=job.resize_overhead_s,
+                nodes=tuple(sorted(per_node.items())), cpu_milli=job.cpu_milli or 0,
+                memory_mib=job.memory_mib or 0, share=(job.gpu_milli or 0) if job.is_fractional else 0,
             )
         )
     return _Running(running, forced, evicted, max_cost, own_density)
@@ -351,8 +386,8 @@ def _pending_members(sc: _Scope, kept_over: tuple[tuple[int, ...], ...]) -> _Pen
     members: dict[ClassKey, list[tuple[float, float, str]]] = defaultdict(list)
     memory: dict[str, float] = {}
     shareable_jobs: list[tuple[float, str, ClassKey]] = []
-    # per (tenant, gang, allowed types): the usable type indices and whether one is MPS
-    kinds: dict[tuple[int, int, tuple[str, ...]], tuple[tuple[int, ...], bool]] = {}
+    # per (tenant, gang, allowed types, shape): the usable type indices and whether one is MPS
+    kinds: dict[tuple[int, int, tuple[str, ...], ShapeSig], tuple[tuple[int, ...], bool]] = {}
     unknown_classes: set[tuple[str, str]] = set()
     # elastic pending jobs: (job, tenant, value, static value, priority class), sized below
     flexible: list[tuple[Job, int, float, float, str]] = []
@@ -365,7 +400,8 @@ def _pending_members(sc: _Scope, kept_over: tuple[tuple[int, ...], ...]) -> _Pen
     for job in state.pending():
         k = state.tenant_index[job.tenant]
         job_types = state.allowed_types(job)  # memory-filtered: two jobs of one kind share it
-        kind = (k, job.gpus, job_types)
+        sig = _shape_sig(job)
+        kind = (k, job.gpus, job_types, sig)
         got = kinds.get(kind)
         if got is None:
             usable = tuple(
@@ -373,6 +409,8 @@ def _pending_members(sc: _Scope, kept_over: tuple[tuple[int, ...], ...]) -> _Pen
                     tindex[t]
                     for t in job_types
                     if capacity[tindex[t]] >= job.gpus and kept_over[k][tindex[t]] == 0
+                    # no node (or domain) of the type could ever hold its shape
+                    and (job.is_elastic or never_fits(state, shape_of(state, job, t), t) is None)
                 )
             )
             got = kinds[kind] = (usable, any(snap.gpu_types[types[t]].mps for t in usable))
@@ -395,7 +433,7 @@ def _pending_members(sc: _Scope, kept_over: tuple[tuple[int, ...], ...]) -> _Pen
             unplaceable.append(job.id)
             continue
         group = groups.get(job.id, "") if groups else ""
-        key: ClassKey = (k, job.gpus, allowed, guaranteed, "", pclass, group)
+        key: ClassKey = (k, job.gpus, allowed, guaranteed, "", pclass, group, sig)
         memory[job.id] = est.memory_gib
         if job.is_shareable and any_mps:
             shareable_jobs.append((-v, job.id, key))
@@ -455,7 +493,10 @@ def _elastic_members(
             if not usable:
                 continue
             placed = True
-            key = (k, size, usable, guaranteed, job.id, pclass, groups.get(job.id, "") if groups else "")
+            key = (
+                k, size, usable, guaranteed, job.id, pclass, groups.get(job.id, "") if groups else "",
+                _shape_sig(job),
+            )
             members[key] = [(-elastic.start_value(job, size, v, rate), job.submit_s, job.id)]
             group_of[key] = job.id
             static_of[key] = elastic.static_value(job, size, sv)
@@ -525,7 +566,8 @@ def _guest_pairs(
             pair_rows[jid] = found[:MAX_HOSTS_PER_GUEST]
             # a job with pairs of its own is a class of its own
             members[key] = [m for m in members[key] if m[2] != jid]
-            members[(key[0], key[1], key[2], key[3], jid, key[5], key[6])] = [(negv, gjob.submit_s, jid)]
+            own_key = (key[0], key[1], key[2], key[3], jid, key[5], key[6], key[7])
+            members[own_key] = [(negv, gjob.submit_s, jid)]
     return pair_rows, complete
 
 
@@ -565,18 +607,18 @@ def _classes(
     classes: list[PendingClass] = []
     guests: list[GuestCandidate] = []
     spread = max_speed - min_speed
-    for key in sorted(members, key=lambda x: (x[0], x[1], x[2], x[3], x[5], x[6], x[4])):
+    for key in sorted(members, key=lambda x: (x[0], x[1], x[2], x[3], x[5], x[6], x[7], x[4])):
         mem = sorted(members[key])
         if not mem:
             continue
-        k, gpus, allowed, guaranteed, single, _, _ = key
+        k, gpus, allowed, guaranteed, single, _, _, _ = key
         group = group_of.get(key, "")
         # a guaranteed member may also start inside quota that its tenant's own best-effort
         # jobs hold (stopping them for it: invariant 3 allows it, preemption_pays prices it)
         held = [held_own[k][t] - (movable_own[k][t] if guaranteed else 0) for t in range(nt)]
         own_types = tuple(t for t in allowed if held[t] + gpus <= quota[k][t])
         reclaim = guaranteed and signal[ten_ids[k]].reclaim and bool(own_types)
-        bonus = reclaim_bonus if reclaim else 0.0
+        bonus = reclaim_bonus * gpus if reclaim else 0.0  # per GPU the tenant gets back
         values = tuple(-m[0] for m in mem)  # the reclaim bonus is earned inside quota only
         room = sum(capacity[t] - fixed[t] for t in allowed)
         cap = min(len(mem), max(0, room) // gpus)
@@ -604,11 +646,157 @@ def _classes(
                 memory_gib=max(memory[j] for j in jobs),
                 static_value=static_of.get(key, min(static[j] for j in jobs)) + bonus,
                 group=group,
+                shapes=tuple(shape_of(sc.state, sc.state.job(jobs[0]), sc.types[t], gpus) for t in allowed),
             )
         )
         for ri, gv, hs, gs in pair_rows.get(single, []) if single else []:
             guests.append(GuestCandidate(ci, ri, gv + bonus, hs, gs))
     return classes, guests, reclaim_bonus
+
+
+def _placement(
+    sc: _Scope, running: list[RunningItem], classes: list[PendingClass]
+) -> tuple[tuple[TypePlacement | None, ...], tuple[int, ...]]:
+    """Per type, the node-level data of the model's placement rows (:class:`TypePlacement`;
+    None where no waiting job's shape needs them: every start takes single GPUs anywhere), and
+    per type the GPUs held by fractional jobs only."""
+    state, snap = sc.state, sc.state.snapshot
+    nt = sc.nt
+    pool = state.pool_gpus
+    held = {k for k in state.gpu_holders}
+    shared = [0] * nt
+    share_free = [0] * nt
+    for key, used in state.gpu_shares.items():
+        node = snap.nodes[state.node_index[key[0]]]
+        if node.available:
+            t = sc.tindex[node.gpu_type]
+            shared[t] += 1
+            share_free[t] += MILLI_PER_GPU - used
+    shapes_on: list[list[tuple[Shape, int]]] = [[] for _ in range(nt)]
+    for cls in classes:
+        for t, sh in zip(cls.types, cls.shapes, strict=True):
+            shapes_on[t].append((sh, len(cls.jobs)))
+    movable_items: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for r, item in enumerate(running):
+        if item.guest or not (item.candidate or item.shrink_steps):
+            continue
+        for n, g in item.nodes:
+            movable_items[n].append((r, g))
+    out: list[TypePlacement | None] = []
+    for t, tname in enumerate(sc.types):
+        shapes = shapes_on[t]
+        if not any(_needs_nodes(sh) for sh, _ in shapes) or sc.capacity[t] == 0:
+            out.append(None)
+            continue
+        out.append(_type_placement(sc, t, tname, shapes, movable_items, held, pool, share_free[t]))
+    return tuple(out), tuple(shared)
+
+
+def _needs_nodes(sh: Shape) -> bool:
+    """Whether a shape asks more of a node than one free GPU somewhere on the type."""
+    return (
+        sh.fractional or sh.cpu_milli > 0 or sh.memory_mib > 0
+        or (not sh.spread and (sh.largest > 1 or sh.nodes > 1))
+    )
+
+
+def _type_placement(
+    sc: _Scope,
+    t: int,
+    tname: str,
+    shapes: list[tuple[Shape, int]],
+    movable_items: dict[int, list[tuple[int, int]]],
+    held: set[tuple[str, int]],
+    pool: frozenset[tuple[str, int]],
+    share_free: int,
+) -> TypePlacement:
+    """:class:`TypePlacement` of type ``t`` for the waiting jobs' ``shapes`` (with their member
+    counts)."""
+    state, snap = sc.state, sc.state.snapshot
+    levels = levels_for(state.largest_node[tname])
+    top = len(levels) - 1
+    # host resources used per node by the running jobs
+    cpu_used: dict[str, int] = defaultdict(int)
+    mem_used: dict[str, int] = defaultdict(int)
+    for job in state.running():
+        if job.cpu_milli or job.memory_mib:
+            for nid in {ref.node for ref in job.allocation or ()}:
+                cpu_used[nid] += job.cpu_milli or 0
+                mem_used[nid] += job.memory_mib or 0
+    whole = [sh for sh, _ in shapes if not sh.spread and not sh.fractional]
+    cpu_need = min((sh.cpu_milli for sh, _ in shapes), default=0)
+    mem_need = min((sh.memory_mib for sh, _ in shapes), default=0)
+    want_cpu = any(sh.cpu_milli for sh, _ in shapes)
+    want_mem = any(sh.memory_mib for sh, _ in shapes)
+    levels_req = [sh.level for sh in whole if sh.level >= 0 and sh.required and sh.nodes > 1]
+    dlevel = max(set(levels_req), key=lambda x: (levels_req.count(x), -x)) if levels_req else -1
+    fixed = [0] * len(levels)
+    movable: list[MovableNode] = []
+    domains: dict[tuple[str, ...], list[int]] = {}
+    cpu_free: int | None = 0
+    mem_free: int | None = 0
+    for i, node in enumerate(snap.nodes):
+        if not node.available or node.gpu_type != tname:
+            continue
+        free = sum(
+            1 for g in range(node.gpus) if (node.id, g) not in held and (node.id, g) not in pool
+        )
+        c_left = None if node.cpu_milli is None else node.cpu_milli - cpu_used.get(node.id, 0)
+        m_left = None if node.memory_mib is None else node.memory_mib - mem_used.get(node.id, 0)
+        dom = state.domain(node.id, dlevel) if dlevel >= 0 else ()
+        holders = movable_items.get(i)
+        if holders or free > 0:
+            if c_left is None:
+                cpu_free = None
+            elif cpu_free is not None:
+                cpu_free += max(0, c_left)
+            if m_left is None:
+                mem_free = None
+            elif mem_free is not None:
+                mem_free += max(0, m_left)
+        if holders:
+            movable.append(MovableNode(i, free, tuple(holders), dom))
+            continue
+        # a node whose CPUs or memory hold no waiting piece has no usable GPU for them
+        if (c_left is not None and c_left < cpu_need) or (m_left is not None and m_left < mem_need):
+            free = 0
+        ch = chunks_of(free, levels)
+        for ell in range(len(levels)):
+            fixed[ell] += ch[ell]
+        if dlevel >= 0:
+            row = domains.setdefault(dom, [0] * len(levels))
+            for ell in range(len(levels)):
+                row[ell] += ch[ell]
+    # fragmentation weights: the waiting pieces' sizes, rounded up to a chunk size
+    counts = [0] * (len(levels) + 1)  # index top + 1: larger than a chunk
+    for sh, n in shapes:
+        for p in (sh.pieces if not sh.spread else ()):
+            lev = next((ell for ell, size in enumerate(levels) if size >= p), top + 1)
+            counts[lev] += n
+    total = sum(counts)
+    frag = tuple(
+        levels[ell] * sum(counts[ell + 1 :]) / total if total else 0.0 for ell in range(len(levels))
+    )
+    pow2 = all(p in levels for sh in whole for p in sh.pieces)
+    distinct = all(
+        sh.nodes <= 1 or sh.pieces[-1] + sh.pieces[-2] > state.largest_node[tname] for sh in whole
+    )
+    exact = (
+        pow2 and distinct and not want_cpu and not want_mem and dlevel < 0
+        and not any(sh.fractional for sh, _ in shapes)
+    )
+    return TypePlacement(
+        levels=levels,
+        fixed=tuple(fixed),
+        movable=tuple(movable),
+        frag=frag,
+        exact=exact,
+        cpu_free=cpu_free if want_cpu else None,
+        mem_free=mem_free if want_mem else None,
+        share_free=share_free,
+        domain_level=dlevel,
+        domains=tuple((d, tuple(v)) for d, v in sorted(domains.items())),
+    )
 
 
 def _held_lend(

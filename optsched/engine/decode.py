@@ -9,8 +9,9 @@ A backend and the fill pass answer in counts: how many members of each pending c
 each GPU type, in quota or on loan, which running jobs stop or change size, which MPS guest
 joins which host. Every plan the epoch may return (the solver's, the greedy plan, the empty
 plan) comes through :func:`to_decision`, which is where ids come back: counts per GPU type
-become concrete GPU indices (:class:`~optsched.engine.ledger.Placer`: best fit on one node,
-else spread over the nodes with most free GPUs), loans are derived from the final use of each
+become concrete GPU indices (:class:`~optsched.engine.ledger.NodePool`: each job's pieces on
+its own nodes, by the buddy rule, with its CPU, memory, share and topology), loans are derived
+from the final use of each
 tenant (:func:`~optsched.engine.ledger.derive_loans`), and the queue is ordered by value. A
 shrink keeps the GPUs on the nodes where the job holds most; growth takes free GPUs on the
 job's own nodes first, after every start is placed. Its last step is the explanation stage
@@ -25,7 +26,7 @@ from collections import defaultdict
 from optsched.engine import assurance as asr
 from optsched.engine.check import over_quota_note
 from optsched.engine.explain import Kind, explain, explain_held_back, queue_kind
-from optsched.engine.ledger import Placer, derive_loans, free_gpus, kept_over_quota
+from optsched.engine.ledger import NodePool, derive_loans, kept_over_quota
 from optsched.engine.problem import Assignment, EpochProblem
 from optsched.engine.state import ClusterState, GpuKey
 from optsched.predict.base import Predictions
@@ -69,8 +70,10 @@ def to_decision(
     preempt = _preemptions(state, problem, assignment)
     stopped = {x.job for x in preempt}
     kept_alloc, released = _shrinks(state, problem, assignment)
-    placer = Placer(free_gpus(state, stopped, frozenset(released)), _nodes_by_type(state))
-    starts = _place_starts(problem, assignment, placer)
+    placer = NodePool(state, stopped, frozenset(released), kept_alloc)
+    starts, failed = _place_starts(problem, assignment, placer)
+    if failed:
+        raise Unplaced(failed)
     resizes = _resizes(state, problem, assignment, placer, kept_alloc)
     starts += _place_guests(state, problem, assignment, stopped)
     started = {s.job for s in starts}
@@ -151,39 +154,50 @@ def _shrinks(
     return kept_alloc, released
 
 
-def _nodes_by_type(state: ClusterState) -> dict[str, list[str]]:
-    """The available nodes of each GPU type, in snapshot order: where the placer may look."""
-    nodes_by_type: dict[str, list[str]] = defaultdict(list)
-    for node in state.snapshot.nodes:
-        if node.available:
-            nodes_by_type[node.gpu_type].append(node.id)
-    return nodes_by_type
+class Unplaced(Exception):
+    """Starts the nodes could not hold (the model's node rows are a relaxation where shapes need
+    CPUs, memory, topology, shares or pieces that are not powers of two): (class, type, on_loan)
+    of each, one per member. The epoch takes them out of the plan and decodes again."""
+
+    def __init__(self, failed: list[tuple[int, int, bool]]) -> None:
+        super().__init__(f"{len(failed)} start(s) the free nodes do not hold")
+        self.failed = failed
 
 
-def _place_starts(p: EpochProblem, assignment: Assignment, placer: Placer) -> list[Start]:
-    """The exclusive starts on concrete GPUs. Each class's starts per (type, loan) go to its
-    members in value order; then every start is placed by ``placer``, largest gangs first
-    (ties by job id), which takes the GPUs it gives."""
-    plan: list[tuple[int, str, int, bool]] = []  # (gpus, job id, type, on_loan)
+def _place_starts(
+    p: EpochProblem, assignment: Assignment, placer: NodePool
+) -> tuple[list[Start], list[tuple[int, int, bool]]]:
+    """The exclusive starts on concrete GPUs, and the (class, type, on_loan) of each start the
+    free nodes could not hold. Each class's starts per (type, loan) go to its members in value
+    order; then every start is placed by ``placer``, which takes the GPUs it gives: required
+    topology first, then the largest piece, the largest job and the job id first (largest
+    first is what makes the chunk rows exact, :mod:`optsched.engine.chunks`)."""
+    plan: list[tuple[int, int, int, str, int, int, bool]] = []
     for c in sorted(assignment.starts):
         cls = p.pending[c]
         k = 0
         for (ti, loan), n in sorted(assignment.starts[c].items()):
+            sh = cls.shape_on(ti)
+            first = 0 if sh.level >= 0 and sh.required and sh.nodes > 1 else 1
             for jid in cls.jobs[k : k + n]:
-                plan.append((cls.gpus, jid, ti, loan))
+                plan.append((first, -sh.largest, -cls.gpus, jid, c, ti, loan))
             k += n
     starts: list[Start] = []
-    for gpus, jid, ti, loan in sorted(plan, key=lambda x: (-x[0], x[1])):
-        alloc = placer.place(p.types[ti], gpus)
+    failed: list[tuple[int, int, bool]] = []
+    for _, _, _, jid, c, ti, loan in sorted(plan):
+        alloc = placer.place(p.types[ti], p.pending[c].shape_on(ti))
+        if alloc is None:
+            failed.append((c, ti, loan))
+            continue
         starts.append(Start(job=jid, allocation=alloc, on_loan=loan))
-    return starts
+    return starts, failed
 
 
 def _resizes(
     state: ClusterState,
     p: EpochProblem,
     assignment: Assignment,
-    placer: Placer,
+    placer: NodePool,
     kept_alloc: dict[str, list[GpuRef]],
 ) -> list[Resize]:
     """The resizes, by job id. A growing job takes the GPUs ``placer`` still has (every start
@@ -200,7 +214,7 @@ def _resizes(
             for nid in dict.fromkeys(ref.node for ref in alloc):
                 extra += placer.take_on(tname, nid, need - len(extra))
             if len(extra) < need:
-                extra += placer.place(tname, need - len(extra))
+                extra += placer.take_any(tname, need - len(extra))
             new = alloc + extra
             why = ResizeReason.GROW
         else:

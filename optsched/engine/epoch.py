@@ -54,8 +54,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("optsched")
 
-HIGHS_VARS_PER_WORK_S = 3500.0
 STATUS_RANK = {"optimal": 0, "feasible": 1, "fallback": 2}
+MAX_DECODE_ROUNDS = 6
+"""Decoding rounds of one plan: a start the free nodes cannot hold leaves the plan (and the
+fill pass runs again) before the next."""
 BOUND_TOL = 1e-6
 """Relative tolerance below which a solver's bound under the answer's objective is rounding."""
 
@@ -77,16 +79,11 @@ def resolve_params(snapshot: Snapshot, params: SolveParams | None) -> SolveParam
     )
 
 
-def model_size(problem: EpochProblem) -> int:
-    """Variables of the epoch's linear model, counted without building it."""
-    n = sum(c.cap + 2 * len(c.types) for c in problem.pending if c.cap > 0)
-    n += len(problem.guests) + sum(1 for r in problem.running if r.candidate)
-    return n + 2 * len(problem.tenants) * len(problem.types)
-
-
 def auto_backend(problem: EpochProblem, work_s: float) -> str:
-    """The default rule (:data:`DEFAULT_BACKEND`): HiGHS when the model fits its work budget."""
-    return "highs" if model_size(problem) <= HIGHS_VARS_PER_WORK_S * work_s else "greedy"
+    """The default rule (:data:`DEFAULT_BACKEND`): HiGHS, which runs branch and bound when the
+    model fits its work budget and the LP relaxation with a guided rounding above it
+    (:mod:`optsched.engine.backends.highs`)."""
+    return "highs"
 
 
 @functools.cache
@@ -319,15 +316,7 @@ def _resolve_auto(problem: EpochProblem, params: SolveParams, work: float) -> tu
     picks (:func:`auto_backend`), and the fallback reason when the rule picks the greedy plan."""
     if params.backend != "auto":
         return params, None
-    size = model_size(problem)
-    params = params.with_(backend=auto_backend(problem, work))
-    if params.backend != "greedy":
-        return params, None
-    return params, (
-        f"auto: the model ({size} variables) is larger than HiGHS's work budget at a "
-        f"{params.time_limit_s:g} s limit ({HIGHS_VARS_PER_WORK_S * work:.0f}); greedy plan "
-        "(a longer time_limit_s solves it exactly)"
-    )
+    return params.with_(backend=auto_backend(problem, work)), None
 
 
 def _solve(
@@ -524,29 +513,44 @@ def _checked_decision(
     _Rejected
         When the decision fails the checker.
     """
+    from optsched.engine.backends.greedy import unplace
     from optsched.engine.check import check_decision
-    from optsched.engine.decode import to_decision
+    from optsched.engine.decode import Unplaced, to_decision
     from optsched.engine.lookahead import annotate
 
     held = sum(h.held for h in ep.reservations.holds)
     added, fill_notes = _fill_pass(ep, problem, a, held)
-    notes = [*ep.notes, *fill_notes]
-    obj = a.objective(problem)
-    proven_whole = problem.complete and added == 0 and held == 0
-    status, bound = _status_and_bound(res, problem, obj, proven_whole, notes)
-    gap = None if bound is None else abs(bound - obj) / max(1.0, abs(bound))
-    info = SolverInfo(
-        backend=res.backend if res is not None else "greedy",
-        seconds=0.0,
-        objective=obj,
-        bound=bound,
-        gap=gap,
-        status_detail=res.detail if res is not None else None,
-        fallback_reason=reason,
-        stage_seconds={},
-        notes=notes,
-    )
-    d = to_decision(ep.state, problem, a, ep.predictions, ep.signal, info, status)
+    unplaced = 0
+    for _ in range(MAX_DECODE_ROUNDS):
+        notes = [*ep.notes, *fill_notes]
+        if unplaced:
+            notes.append(
+                f"node shape: {unplaced} start(s) the free nodes could not hold (CPU, memory, "
+                "topology, shares or pieces the model counts in chunks) stay queued"
+            )
+        obj = a.objective(problem)
+        proven_whole = problem.complete and added == 0 and held == 0 and unplaced == 0
+        status, bound = _status_and_bound(res, problem, obj, proven_whole, notes)
+        gap = None if bound is None else abs(bound - obj) / max(1.0, abs(bound))
+        info = SolverInfo(
+            backend=res.backend if res is not None else "greedy",
+            seconds=0.0,
+            objective=obj,
+            bound=bound,
+            gap=gap,
+            status_detail=res.detail if res is not None else None,
+            fallback_reason=reason,
+            stage_seconds={},
+            notes=notes,
+        )
+        try:
+            d = to_decision(ep.state, problem, a, ep.predictions, ep.signal, info, status)
+            break
+        except Unplaced as u:
+            unplaced += len(u.failed)
+            added += unplace(problem, a, u.failed)
+    else:
+        raise _Rejected(f"{unplaced} start(s) the free nodes could not hold after {MAX_DECODE_ROUNDS} rounds")
     t = time.monotonic()
     annotate(
         ep.state, d, ep.predictions, problem.density, ep.lookahead, ep.reservations,

@@ -70,13 +70,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from optsched.engine.backends.base import SolveResult, SolveStatus
-from optsched.engine.problem import Assignment, EpochProblem
+from optsched.engine.chunks import ChunkBook, carry, chunks_of, level_counts
+from optsched.engine.problem import Assignment, EpochProblem, TypePlacement
 from optsched.engine.quota_tree import LoanMatcher
+from optsched.schema.limits import MILLI_PER_GPU
 
 
 @dataclass
 class Row:
-    coefs: dict[int, int]
+    coefs: dict[int, int] | dict[int, float]
     lo: float
     hi: float
     family: str
@@ -121,6 +123,18 @@ class LinearModel:
     guar_start: dict[int, int] = field(default_factory=dict)
     """type -> 1 if a guaranteed job starts inside quota there (only where best-effort victims
     have a ``victim_slack``, see ``add_preemption_rules``)."""
+    chunk: dict[tuple[int, int, int], int] = field(default_factory=dict)
+    """(type, movable node position, level) -> maximal free chunks of that level the node has
+    after the decision's stops (``add_node_shape``)."""
+    split: dict[tuple[int, int], int] = field(default_factory=dict)
+    """(type, level) -> chunks of the next level split into two of this one."""
+    opened: dict[int, int] = field(default_factory=dict)
+    """type -> fully free GPUs the decision's shares (fractional starts) open."""
+    domain: dict[tuple[int, int, int], int] = field(default_factory=dict)
+    """(class, type, domain position) -> members started inside that domain of the type's
+    required topology level."""
+    offset: float = 0.0
+    """Constant term of the objective (the fragmentation of the nodes nothing can change)."""
 
     def var(self, name: str, lb: int, ub: int, obj: float = 0.0) -> int:
         self.names.append(name)
@@ -129,7 +143,7 @@ class LinearModel:
         self.obj.append(obj)
         return len(self.names) - 1
 
-    def add(self, coefs: dict[int, int], lo: float, hi: float, family: str) -> None:
+    def add(self, coefs: dict[int, int] | dict[int, float], lo: float, hi: float, family: str) -> None:
         if coefs:
             self.rows.append(Row(coefs, lo, hi, family))
 
@@ -151,11 +165,12 @@ def add_variables(m: LinearModel, p: EpochProblem) -> None:
         m.seg[c] = [m.var(f"start[{names[k]}]", 0, 1, cls.values[k]) for k in range(cls.cap)]
         for t, bonus in zip(cls.types, cls.type_bonus, strict=True):
             if t in cls.own_types:
-                reclaim = p.reclaim_bonus if cls.reclaim else 0.0  # a reclaim starts inside quota
+                reclaim = p.reclaim_of(cls)  # a reclaim starts inside quota
                 m.own[(c, t)] = m.var(f"own[{cls.label},{p.types[t]}]", 0, cls.cap, bonus + reclaim)
             if t in p.no_loan:
                 continue  # after a node loss, no start on loan where its jobs restart (node_loss)
             m.loan[(c, t)] = m.var(f"loan[{cls.label},{p.types[t]}]", 0, cls.cap, bonus - cls.loan_penalty)
+    _placement_variables(m, p)
     for g, cand in enumerate(p.guests):
         name = f"guest[{p.pending[cand.pending].label},{p.running[cand.running].job}]"
         m.guest[g] = m.var(name, 0, 1, cand.value)
@@ -163,7 +178,9 @@ def add_variables(m: LinearModel, p: EpochProblem) -> None:
         if run.candidate:
             m.preempt[r] = m.var(f"preempt[{run.job}]", 0, 1, -run.cost)
         if run.grow_steps:
-            m.grow[r] = m.var(f"grow[{run.job}]", 0, run.grow_steps, run.grow_value)
+            tp = p.placement_of(run.type)
+            frag = p.frag_scale * tp.frag[0] * run.step if tp is not None else 0.0
+            m.grow[r] = m.var(f"grow[{run.job}]", 0, run.grow_steps, run.grow_value + frag)
         if run.shrink_steps:
             m.shrink[r] = m.var(f"shrink[{run.job}]", 0, run.shrink_steps, -run.shrink_cost)
         if run.grow_steps and run.shrink_steps:
@@ -184,6 +201,43 @@ def add_variables(m: LinearModel, p: EpochProblem) -> None:
             if q > 0:
                 ll = p.lend_limit[i][t]
                 m.lend[(i, t)] = m.var(f"lend[{ten},{tname}]", 0, q if ll is None else min(ll, q))
+
+
+def _placement_variables(m: LinearModel, p: EpochProblem) -> None:
+    """The variables of ``add_node_shape``, with their fragmentation cost (and the starts'
+    share of it, on the start variables made just before)."""
+    phi = p.frag_scale
+    for t, tname in enumerate(p.types):
+        tp = p.placement_of(t)
+        if tp is None:
+            continue
+        levels, top = tp.levels, tp.top
+        for k, mn in enumerate(tp.movable):
+            most = mn.free + sum(g for _, g in mn.holders)
+            for ell, size in enumerate(levels):
+                if size <= most:
+                    name = f"chunk[{tname},{mn.index},{size}]"
+                    m.chunk[(t, k, ell)] = m.var(name, 0, most // size, -phi * tp.frag[ell])
+        for ell in range(top):
+            cost = 2 * tp.frag[ell] - tp.frag[ell + 1]
+            ub = p.capacity[t] // levels[ell + 1]
+            m.split[(t, ell)] = m.var(f"split[{tname},{levels[ell + 1]}]", 0, ub, -phi * cost)
+        m.offset -= phi * sum(f * x for f, x in zip(tp.frag, tp.fixed, strict=True))
+        if any(cls.shape_on(t).fractional for cls in p.pending if t in cls.types and cls.cap > 0):
+            m.opened[t] = m.var(f"opened[{tname}]", 0, p.capacity[t], phi * tp.frag[0])
+        for c, cls in enumerate(p.pending):
+            if cls.cap <= 0 or t not in cls.types:
+                continue
+            counts = level_counts(cls.shape_on(t), levels)
+            gain = phi * sum(f * n for f, n in zip(tp.frag, counts, strict=True))
+            for var in (m.own.get((c, t)), m.loan.get((c, t))):
+                if var is not None:
+                    m.obj[var] += gain
+            sh = cls.shape_on(t)
+            if sh.level >= 0 and sh.required and sh.nodes > 1 and sh.level == tp.domain_level:
+                for d, (dom, _) in enumerate(tp.domains):
+                    name = f"domain[{cls.label},{tname},{'/'.join(dom)}]"
+                    m.domain[(c, t, d)] = m.var(name, 0, cls.cap)
 
 
 def add_start_or_queue(m: LinearModel, p: EpochProblem) -> None:
@@ -254,13 +308,17 @@ def add_capacity_and_loans(m: LinearModel, p: EpochProblem) -> None:
     use_rows: list[list[dict[int, int]]] = [[{} for _ in range(nt)] for _ in range(nk)]
     for (c, t), v in m.own.items():
         g, i = p.pending[c].gpus, p.pending[c].tenant
-        cap_rows[t][v] = g
+        if not p.pending[c].shape_on(t).fractional:  # a share's GPU is ``opened`` (node shape)
+            cap_rows[t][v] = g
         own_rows[i][t][v] = g
         use_rows[i][t][v] = g
     for (c, t), v in m.loan.items():
         g, i = p.pending[c].gpus, p.pending[c].tenant
-        cap_rows[t][v] = g
+        if not p.pending[c].shape_on(t).fractional:
+            cap_rows[t][v] = g
         use_rows[i][t][v] = g
+    for t, v in m.opened.items():
+        cap_rows[t][v] = 1
     for r, v in m.preempt.items():
         run = p.running[r]
         if run.guest:
@@ -501,10 +559,147 @@ def add_preemption_rules(m: LinearModel, p: EpochProblem) -> None:
             m.add(coefs, -INF, cap, f"preemption_cap[{p.tenants[i]}]")
 
 
+def add_node_shape(m: LinearModel, p: EpochProblem) -> None:
+    r"""Invariants 2 and 10 (placement by node shape, :mod:`optsched.engine.chunks`): per type with
+    a :class:`~optsched.engine.problem.TypePlacement`,
+
+    * each movable node's free GPUs after the decision's stops are its chunks,
+      :math:`\sum_\ell 2^\ell c_{n\ell} = f_n + \sum_{r} g_{rn} z_r (+ \min(	ext{step}_r, g_{rn})
+      d_r)` (``node_chunks``; a shrink counted on each of its nodes is a relaxation);
+    * the chunks the starts take fit, level by level, with splits :math:`x_\ell`:
+      :math:`\sum_c k_{c\ell}(o_{ct} + \ell_{ct}) + x_{\ell-1} - 2x_\ell - \sum_n c_{n\ell} \le E_\ell`
+      (``chunks``; :math:`k_{c\ell}` the level-:math:`\ell` chunks of a member's pieces, a spread
+      job's GPUs and growth at level 0, the GPUs shares open at level 0);
+    * CPUs and host memory in total (``node_cpu``, ``node_memory``), the shares' thousandths
+      (``shares``), and per domain of a required topology level, its jobs' chunks at or above
+      each level (``topology``), all relaxations that decoding completes.
+    """
+    for t, tname in enumerate(p.types):
+        tp = p.placement_of(t)
+        if tp is None:
+            continue
+        levels, top = tp.levels, tp.top
+        demand: list[dict[int, float]] = [{} for _ in levels]
+        cpu: dict[int, float] = {}
+        mem: dict[int, float] = {}
+        shares: dict[int, float] = {}
+        for c, cls in enumerate(p.pending):
+            if t not in cls.types:
+                continue
+            sh = cls.shape_on(t)
+            counts = level_counts(sh, levels)
+            for var in (m.own.get((c, t)), m.loan.get((c, t))):
+                if var is None:
+                    continue
+                for ell, n in enumerate(counts):
+                    if n:
+                        demand[ell][var] = n
+                if sh.cpu_milli:
+                    cpu[var] = sh.cpu_milli * max(1, sh.nodes)
+                if sh.memory_mib:
+                    mem[var] = sh.memory_mib * max(1, sh.nodes)
+                if sh.fractional:
+                    shares[var] = sh.milli
+        for r, v in m.grow.items():
+            if p.running[r].type == t:
+                demand[0][v] = p.running[r].step
+        if t in m.opened:
+            demand[0][m.opened[t]] = 1
+            m.add({**shares, m.opened[t]: -MILLI_PER_GPU}, -INF, tp.share_free, f"shares[{tname}]")
+        for k, mn in enumerate(tp.movable):
+            row: dict[int, int] = {}
+            for ell, size in enumerate(levels):
+                var = m.chunk.get((t, k, ell))
+                if var is not None:
+                    row[var] = size
+            for r, g in mn.holders:
+                if r in m.preempt:
+                    row[m.preempt[r]] = -g
+                if r in m.shrink:
+                    row[m.shrink[r]] = -min(p.running[r].step, g)
+            m.add(row, mn.free, mn.free, f"node_chunks[{tname},{mn.index}]")
+        for ell, size in enumerate(levels):
+            row_l: dict[int, float] = dict(demand[ell])
+            if ell > 0:
+                row_l[m.split[(t, ell - 1)]] = 1
+            if ell < top:
+                row_l[m.split[(t, ell)]] = -2
+            for k in range(len(tp.movable)):
+                var = m.chunk.get((t, k, ell))
+                if var is not None:
+                    row_l[var] = -1
+            m.add(row_l, -INF, tp.fixed[ell], f"chunks[{tname},{size}]")
+        _host_rows(m, p, t, tp, cpu, mem)
+        _topology_rows(m, p, t, tp)
+
+
+def _host_rows(
+    m: LinearModel, p: EpochProblem, t: int, tp: TypePlacement, cpu: dict[int, float], mem: dict[int, float]
+) -> None:
+    """CPUs and host memory on the type's nodes, in total (part of ``add_node_shape``): what the
+    starts need fits what is free plus what the stopped jobs free."""
+    tname = p.types[t]
+    for need, free, what in ((cpu, tp.cpu_free, "cpu"), (mem, tp.mem_free, "memory")):
+        if free is None or not need:
+            continue
+        row = dict(need)
+        for r, v in m.preempt.items():
+            run = p.running[r]
+            if run.type == t and not run.guest:
+                per = run.cpu_milli if what == "cpu" else run.memory_mib
+                if per:
+                    row[v] = -per * max(1, len(run.nodes))
+        for r, v in m.shrink.items():
+            run = p.running[r]
+            per = run.cpu_milli if what == "cpu" else run.memory_mib
+            if run.type == t and per:
+                row[v] = -per * max(1, len(run.nodes))
+        m.add(row, -INF, free, f"node_{what}[{tname}]")
+
+
+def _topology_rows(m: LinearModel, p: EpochProblem, t: int, tp: TypePlacement) -> None:
+    """Required topology (part of ``add_node_shape``): each such member starts in one domain of
+    the level, and per domain the chunks its members take at or above each level fit the
+    domain's chunks at or above it."""
+    if not tp.domains:
+        return
+    tname = p.types[t]
+    levels = tp.levels
+    mine: dict[int, dict[int, int]] = {}
+    for (c, tt, d), v in m.domain.items():
+        if tt == t:
+            mine.setdefault(c, {})[d] = v
+    for c, doms in mine.items():
+        row: dict[int, int] = {v: 1 for v in doms.values()}
+        for var in (m.own.get((c, t)), m.loan.get((c, t))):
+            if var is not None:
+                row[var] = -1
+        m.add(row, 0, 0, f"one_domain[{p.pending[c].label},{tname}]")
+    for d, (dom, fixed) in enumerate(tp.domains):
+        movable = [k for k, mn in enumerate(tp.movable) if mn.domain == dom]
+        for ell in range(len(levels)):
+            row_d: dict[int, float] = {}
+            rhs = 0
+            for hi in range(ell, len(levels)):
+                w = 2 ** (hi - ell)
+                rhs += w * fixed[hi]
+                for k in movable:
+                    var = m.chunk.get((t, k, hi))
+                    if var is not None:
+                        row_d[var] = row_d.get(var, 0) - w
+                for c, doms in mine.items():
+                    n = level_counts(p.pending[c].shape_on(t), levels)[hi]
+                    if n and d in doms:
+                        row_d[doms[d]] = row_d.get(doms[d], 0) + w * n
+            if any(c > 0 for c in row_d.values()):
+                m.add(row_d, -INF, rhs, f"topology[{tname},{'/'.join(dom)},{levels[ell]}]")
+
+
 CONSTRAINT_FAMILIES = (
     add_gpu_sharing,
     add_preemption_rules,
     add_capacity_and_loans,
+    add_node_shape,
     add_start_or_queue,
 )
 
@@ -562,7 +757,7 @@ def solved(
         seconds=seconds,
         assignment=a,
         objective=a.objective(p),
-        bound=bound,
+        bound=None if bound is None else bound + m.offset,
         detail=f"{detail}; {m.n} vars, {len(m.rows)} rows",
     )
 
@@ -647,7 +842,34 @@ def from_assignment(m: LinearModel, p: EpochProblem, a: Assignment) -> list[int]
             x[m.lend[(i, t)]] = give
             need -= give
     _inflow_values(m, p, x)
+    _placement_values(m, p, a, x)
     return x
+
+
+def _placement_values(m: LinearModel, p: EpochProblem, a: Assignment, x: list[int]) -> None:
+    """Warm start: the chunks, splits, opened GPUs and domains of ``add_node_shape`` as the
+    assignment leaves the nodes (maximal chunks, fewest splits: :mod:`optsched.engine.chunks`)."""
+    if not m.chunk and not m.split and not m.opened:
+        return
+    book = ChunkBook(p, a)
+    for t, tb in book.books.items():
+        tp = tb.tp
+        for k, mn in enumerate(tp.movable):
+            for ell, n in enumerate(chunks_of(tb.free[mn.index], tp.levels)):
+                var = m.chunk.get((t, k, ell))
+                if var is not None:
+                    x[var] = n
+        _, splits, _ = carry(tb.avail, tb.demand)
+        for ell, n in enumerate(splits):
+            x[m.split[(t, ell)]] = n
+        if t in m.opened:
+            x[m.opened[t]] = tb.share_gpus
+        position = {dom: d for d, (dom, _) in enumerate(tp.domains)}
+        for c, doms in tb.chosen.items():
+            for dom in doms:
+                var = m.domain.get((c, t, position[dom]))
+                if var is not None:
+                    x[var] += 1
 
 
 def _inflow_values(m: LinearModel, p: EpochProblem, x: list[int]) -> None:

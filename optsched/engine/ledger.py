@@ -1,30 +1,34 @@
-"""The id-level ledger of one decision: free GPUs per node and type (:class:`Placer`: place,
-take on a node), and the loans that cover every tenant's use above quota
-(:func:`derive_loans`, quota-tree aware). Decoding (:mod:`optsched.engine.decode`), the event
-path (:mod:`optsched.engine.admit`) and the partition merge
-(:mod:`optsched.engine.partition`) place GPUs and derive loans here, with one rule each.
+"""The id-level ledger of one decision: free GPUs, shares, CPU and memory per node
+(:class:`NodePool`: the one placement rule, by node shape), and the loans that cover every
+tenant's use above quota (:func:`derive_loans`, quota-tree aware). Decoding
+(:mod:`optsched.engine.decode`), the event path (:mod:`optsched.engine.admit`), the partition
+merge (:mod:`optsched.engine.partition`) and the simulator's baselines place GPUs and derive
+loans here, with one rule each.
 """
 
 from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from optsched.engine import assurance as asr
+from optsched.engine.chunks import levels_for
 from optsched.engine.quota_tree import LoanMatcher
+from optsched.engine.shape import Shape
 from optsched.engine.state import ClusterState, GpuKey
 from optsched.schema.decision import KeptOverQuota, Loan
+from optsched.schema.limits import MILLI_PER_GPU
 from optsched.schema.snapshot import GpuRef
 
-__all__ = ["Placer", "derive_loans", "free_gpus", "kept_over_quota"]
+__all__ = ["NodePool", "derive_loans", "free_gpus", "kept_over_quota"]
 
 
 def free_gpus(
     state: ClusterState, stopped: set[str], released: frozenset[GpuKey] = frozenset()
 ) -> dict[str, list[int]]:
     """Free GPU indices per available node after the stopped jobs leave (and the ``released``
-    GPUs of shrunk jobs)."""
+    GPUs of shrunk jobs); a GPU with shares on it is not free."""
     # state.gpu_holders lists every GPU of every running job: a GPU stays held while one of
     # its holders keeps running
     held: set[GpuKey] = {
@@ -37,59 +41,352 @@ def free_gpus(
     return free
 
 
-class Placer:
-    """Places many starts without scanning every node of the type per start: best fit on one
-    node, else the GPUs of the nodes with most free GPUs (ids break ties).
+def _frag_table(largest: int) -> list[list[int]]:
+    """``table[f][p]``: how much placing ``p`` GPUs on a node with ``f`` free breaks its free
+    chunks, ``frag(f - p) - frag(f)`` with ``frag(f) = sum over chunk sizes s > 1 of f mod s``:
+    the GPUs left in pieces too small for each chunk size. Lowest first is the buddy rule: take
+    a maximal chunk of the piece's size where one is free, else split the smallest larger one."""
+    levels = [s for s in levels_for(largest) if s > 1]
 
-    The nodes of each type sit in buckets by their number of free GPUs, ids sorted: best fit
-    is the first node of the first non-empty bucket from the gang size up; the spread order
-    (most free GPUs first, then id) walks the buckets downwards. ``tests/engine/test_decide_placer.py``
-    checks it against the plain node-scanning rule.
+    def frag(f: int) -> int:
+        return sum(f % s for s in levels)
+
+    return [[frag(f - p) - frag(f) if p <= f else 0 for p in range(largest + 1)] for f in range(largest + 1)]
+
+
+class _Node:
+    __slots__ = ("cpu", "domains", "free", "gpus", "id", "index", "mem", "shares", "type")
+
+    def __init__(self, index: int, node_id: str, gpu_type: str, gpus: int) -> None:
+        self.index = index
+        self.id = node_id
+        self.type = gpu_type
+        self.gpus = gpus
+        self.free: list[int] = []
+        """Fully free GPU indices, ascending."""
+        self.shares: dict[int, int] = {}
+        """GPU index -> thousandths still free on a GPU that holds shares."""
+        self.cpu: int | None = None
+        """Free milli-CPUs (None: not tracked)."""
+        self.mem: int | None = None
+        self.domains: tuple[tuple[str, ...], ...] = ()
+        """Per topology level: the node's domain (its path)."""
+
+    def hosts(self, shape: Shape) -> bool:
+        """Whether the node has the shape's CPU and host memory free for one more piece."""
+        return (self.cpu is None or self.cpu >= shape.cpu_milli) and (
+            self.mem is None or self.mem >= shape.memory_mib
+        )
+
+
+class NodePool:
+    """Free GPUs, shares, CPU and host memory per available node, and the one placement rule
+    (decoding, the event path, the partition merge and the simulator's baselines place here).
+
+    Whole-GPU pieces go to the node whose free chunks the piece breaks least (:func:`_frag_table`,
+    the buddy rule: a 2-GPU piece takes a node with 6 free, leaving 4, before one with 5,
+    leaving 3), then the fewest free GPUs (best fit), then snapshot order; each piece of a job on
+    another node, largest first, and on a node with the job's CPU and memory free. A required
+    topology request keeps every piece inside one domain: the domain with the fewest free GPUs
+    that holds them. A spread job takes one node when one holds it, else the nodes with most free
+    GPUs first. A share (fractional job) takes the GPU whose free share fits it most tightly,
+    else a fully free GPU by the piece rule. Nodes of each type sit in buckets by free count, so a
+    placement looks at a few buckets, not at every node.
     """
 
-    def __init__(self, free: dict[str, list[int]], nodes_by_type: Mapping[str, list[str]]) -> None:
-        self.free = free
-        self.buckets: dict[str, dict[int, list[str]]] = {}
-        for t, nodes in nodes_by_type.items():
-            b: dict[int, list[str]] = defaultdict(list)
-            for n in nodes:
-                b[len(free[n])].append(n)
-            for ids in b.values():
-                ids.sort()
-            self.buckets[t] = b
+    def __init__(self, state: ClusterState, stopped: frozenset[str] | set[str] = frozenset(),
+                 released: frozenset[GpuKey] = frozenset(),
+                 kept: Mapping[str, list[GpuRef]] | None = None) -> None:
+        """The cluster as the snapshot's running jobs leave it, less ``stopped`` jobs and the
+        ``released`` GPUs of shrinking jobs (which then hold ``kept``)."""
+        snap = state.snapshot
+        self.state = state
+        self.nodes: list[_Node | None] = [None] * len(snap.nodes)
+        self.by_id: dict[str, _Node] = {}
+        self.levels = state.topology_levels
+        pool = state.pool_gpus
+        kept = kept or {}
+        used_milli: dict[GpuKey, int] = defaultdict(int)
+        held: set[GpuKey] = set()
+        cpu_used: dict[str, int] = defaultdict(int)
+        mem_used: dict[str, int] = defaultdict(int)
+        for job in state.running():
+            if job.id in stopped:
+                continue
+            alloc = kept.get(job.id, job.allocation or [])
+            for ref in alloc:
+                key = (ref.node, ref.gpu)
+                if key in released:
+                    continue
+                held.add(key)
+                if job.is_fractional:
+                    used_milli[key] += job.gpu_milli or 0
+            if job.cpu_milli or job.memory_mib:
+                for nid in {ref.node for ref in alloc}:
+                    cpu_used[nid] += job.cpu_milli or 0
+                    mem_used[nid] += job.memory_mib or 0
+        for i, n in enumerate(snap.nodes):
+            if not n.available:
+                continue
+            node = _Node(i, n.id, n.gpu_type, n.gpus)
+            for g in range(n.gpus):
+                key = (n.id, g)
+                if key in pool:
+                    continue
+                if key in used_milli:
+                    node.shares[g] = MILLI_PER_GPU - used_milli[key]
+                elif key not in held:
+                    node.free.append(g)
+            if n.cpu_milli is not None:
+                node.cpu = n.cpu_milli - cpu_used.get(n.id, 0)
+            if n.memory_mib is not None:
+                node.mem = n.memory_mib - mem_used.get(n.id, 0)
+            if self.levels and n.topology:
+                node.domains = tuple(
+                    tuple(n.topology[name] for name in self.levels[: k + 1]) for k in range(len(self.levels))
+                )
+            self.nodes[i] = node
+            self.by_id[n.id] = node
+        self.buckets: dict[str, dict[int, list[int]]] = {t: defaultdict(list) for t in state.type_names}
+        self.total: dict[str, int] = dict.fromkeys(state.type_names, 0)
+        self.partial: dict[str, list[tuple[int, int, int]]] = {t: [] for t in state.type_names}
+        for node in self.by_id.values():
+            self.buckets[node.type][len(node.free)].append(node.index)
+            self.total[node.type] += len(node.free)
+            for g, free in node.shares.items():
+                if free > 0:
+                    self.partial[node.type].append((free, node.index, g))
+        for t in state.type_names:
+            self.partial[t].sort()
+        self.frag = {t: _frag_table(n) for t, n in state.largest_node.items()}
 
-    def _take(self, b: dict[int, list[str]], node: str, k: int) -> list[GpuRef]:
-        gpus = self.free[node]
-        n = len(gpus)
-        taken, self.free[node] = gpus[:k], gpus[k:]
-        ids = b[n]
-        del ids[bisect.bisect_left(ids, node)]
-        bisect.insort(b[n - k], node)
-        return [GpuRef(node=node, gpu=g) for g in taken]
+    # ---------------------------------------------------------------- bookkeeping
+    def _move(self, node: _Node, before: int) -> None:
+        ids = self.buckets[node.type][before]
+        del ids[bisect.bisect_left(ids, node.index)]
+        bisect.insort(self.buckets[node.type][len(node.free)], node.index)
 
-    def take_on(self, gpu_type: str, node: str, gpus: int) -> list[GpuRef]:
-        """Up to ``gpus`` free GPUs of ``node`` (lowest indices first)."""
-        b = self.buckets.setdefault(gpu_type, defaultdict(list))
-        k = min(gpus, len(self.free.get(node, ())))
-        return self._take(b, node, k) if k > 0 else []
+    def _take(self, node: _Node, k: int, shape: Shape | None) -> list[GpuRef]:
+        before = len(node.free)
+        taken, node.free = node.free[:k], node.free[k:]
+        self._move(node, before)
+        self.total[node.type] -= k
+        if shape is not None:
+            self._charge(node, shape, 1)
+        return [GpuRef.model_construct(node=node.id, gpu=g) for g in taken]
 
-    def place(self, gpu_type: str, gpus: int) -> list[GpuRef]:
-        b = self.buckets.setdefault(gpu_type, defaultdict(list))
-        fits = [c for c, ids in b.items() if c >= gpus and ids]
-        if fits:
-            c = min(fits)
-            return self._take(b, b[c][0], gpus)
-        out: list[GpuRef] = []
-        for c in sorted((c for c, ids in b.items() if c > 0 and ids), reverse=True):
-            for node in list(b[c]):
-                if len(out) == gpus:
-                    break
-                out += self._take(b, node, min(gpus - len(out), c))
-            if len(out) == gpus:
-                break
-        if len(out) != gpus:
+    def _charge(self, node: _Node, shape: Shape, sign: int) -> None:
+        if node.cpu is not None:
+            node.cpu -= sign * shape.cpu_milli
+        if node.mem is not None:
+            node.mem -= sign * shape.memory_mib
+
+    def take(self, refs: Sequence[GpuRef], shape: Shape | None = None) -> None:
+        """Mark the GPUs of a placement made elsewhere as used (and, with its ``shape``, the CPU
+        and memory on each of its nodes and a share's thousandths): a part's start in the
+        partition merge. Raises ``AssertionError`` for a GPU that is not free."""
+        nodes: dict[str, list[int]] = defaultdict(list)
+        for ref in refs:
+            nodes[ref.node].append(ref.gpu)
+        for nid, gpus in nodes.items():
+            node = self.by_id[nid]
+            if shape is not None and shape.fractional:
+                g = gpus[0]
+                if g in node.shares:
+                    free = node.shares[g]
+                    self._unshare(node, g, free)
+                    self._share(node, g, free - shape.milli)
+                else:
+                    self._take_these(node, [g])
+                    self._share(node, g, MILLI_PER_GPU - shape.milli)
+            else:
+                self._take_these(node, gpus)
+            if shape is not None:
+                self._charge(node, shape, 1)
+
+    def _take_these(self, node: _Node, gpus: list[int]) -> None:
+        before = len(node.free)
+        want = set(gpus)
+        assert want <= set(node.free), f"GPUs {sorted(want - set(node.free))} of {node.id} are not free"
+        node.free = [g for g in node.free if g not in want]
+        self._move(node, before)
+        self.total[node.type] -= len(gpus)
+
+    def release(self, refs: Sequence[GpuRef], shape: Shape | None = None) -> None:
+        """Give back the GPUs of a placement (and, with its ``shape``, the CPU and memory on each
+        of its nodes and a share's thousandths)."""
+        nodes: dict[str, list[int]] = defaultdict(list)
+        for ref in refs:
+            nodes[ref.node].append(ref.gpu)
+        for nid, gpus in nodes.items():
+            node = self.by_id[nid]
+            if shape is not None and shape.fractional:
+                g = gpus[0]
+                free = node.shares[g]
+                self._unshare(node, g, free)
+                if free + shape.milli >= MILLI_PER_GPU:
+                    del node.shares[g]
+                    self._give(node, [g])
+                else:
+                    self._share(node, g, free + shape.milli)
+            else:
+                self._give(node, gpus)
+            if shape is not None:
+                self._charge(node, shape, -1)
+
+    def _give(self, node: _Node, gpus: list[int]) -> None:
+        before = len(node.free)
+        node.free = sorted(node.free + gpus)
+        self._move(node, before)
+        self.total[node.type] += len(gpus)
+
+    def _share(self, node: _Node, g: int, free: int) -> None:
+        node.shares[g] = free
+        if free > 0:
+            bisect.insort(self.partial[node.type], (free, node.index, g))
+
+    def _unshare(self, node: _Node, g: int, free: int) -> None:
+        lst = self.partial[node.type]
+        k = bisect.bisect_left(lst, (free, node.index, g))
+        if k < len(lst) and lst[k] == (free, node.index, g):
+            del lst[k]
+
+    # ---------------------------------------------------------------- the rule
+    def _best(
+        self, t: str, p: int, shape: Shape, skip: set[int], inside: tuple[int, tuple[str, ...]] | None
+    ) -> _Node | None:
+        """The node a piece of ``p`` whole GPUs goes to (see the class docstring)."""
+        buckets = self.buckets[t]
+        table = self.frag[t]
+        order = sorted(
+            (table[c][p] if c < len(table) and p < len(table[c]) else 0, c)
+            for c, ids in buckets.items()
+            if c >= p and ids
+        )
+        for _, c in order:
+            for i in buckets[c]:
+                if i in skip:
+                    continue
+                node = self.nodes[i]
+                assert node is not None
+                if inside is not None and node.domains[inside[0]] != inside[1]:
+                    continue
+                if node.hosts(shape):
+                    return node
+        return None
+
+    def _pieces(
+        self, t: str, shape: Shape, inside: tuple[int, tuple[str, ...]] | None
+    ) -> list[GpuRef] | None:
+        out: list[tuple[_Node, list[GpuRef]]] = []
+        used: set[int] = set()
+        for p in shape.pieces:
+            node = self._best(t, p, shape, used, inside)
+            if node is None:
+                for _, refs in out:
+                    self.release(refs, shape)
+                return None
+            used.add(node.index)
+            out.append((node, self._take(node, p, shape)))
+        return [r for _, refs in out for r in refs]
+
+    def _domains(self, t: str, level: int) -> list[tuple[int, tuple[str, ...]]]:
+        """The domains of ``level`` that have free GPUs of type ``t``, fewest free GPUs first."""
+        free: dict[tuple[str, ...], int] = defaultdict(int)
+        for c, ids in self.buckets[t].items():
+            if c == 0:
+                continue
+            for i in ids:
+                node = self.nodes[i]
+                assert node is not None
+                free[node.domains[level]] += c
+        return [(level, d) for d in sorted(free, key=lambda d: (free[d], d))]
+
+    def place(self, t: str, shape: Shape) -> list[GpuRef] | None:
+        """GPUs of type ``t`` for one job of ``shape``, taken now; ``None`` (nothing taken) when
+        the free nodes do not hold it."""
+        if shape.fractional:
+            return self._place_share(t, shape)
+        if shape.spread:
+            return self._place_spread(t, shape)
+        if self.total[t] < shape.gpus:
+            return None
+        if shape.level >= 0 and self.levels:
+            for inside in self._domains(t, shape.level):
+                got = self._pieces(t, shape, inside)
+                if got is not None:
+                    return got
+            if shape.required:
+                return None
+        return self._pieces(t, shape, None)
+
+    def fits(self, t: str, shape: Shape) -> bool:
+        """Whether :meth:`place` would place it (nothing is taken)."""
+        got = self.place(t, shape)
+        if got is None:
+            return False
+        self.release(got, shape)
+        return True
+
+    def _place_spread(self, t: str, shape: Shape) -> list[GpuRef] | None:
+        g = shape.gpus
+        if self.total[t] < g:
+            return None
+        if g <= max((c for c, ids in self.buckets[t].items() if ids), default=0):
+            node = self._best(t, g, shape, set(), None)
+            if node is not None:
+                return self._take(node, g, shape)
+        out: list[tuple[_Node, list[GpuRef]]] = []
+        need = g
+        for c in sorted((c for c, ids in self.buckets[t].items() if c > 0 and ids), reverse=True):
+            for i in list(self.buckets[t][c]):
+                node = self.nodes[i]
+                assert node is not None
+                if not node.hosts(shape):
+                    continue
+                k = min(need, len(node.free))
+                out.append((node, self._take(node, k, shape)))
+                need -= k
+                if need == 0:
+                    return [r for _, refs in out for r in refs]
+        for _, refs in out:
+            self.release(refs, shape)
+        return None
+
+    def _place_share(self, t: str, shape: Shape) -> list[GpuRef] | None:
+        lst = self.partial[t]
+        for k in range(bisect.bisect_left(lst, (shape.milli, -1, -1)), len(lst)):
+            free, i, g = lst[k]
+            node = self.nodes[i]
+            assert node is not None
+            if node.hosts(shape):
+                del lst[k]
+                self._share(node, g, free - shape.milli)
+                self._charge(node, shape, 1)
+                return [GpuRef.model_construct(node=node.id, gpu=g)]
+        node = self._best(t, 1, shape, set(), None)
+        if node is None:
+            return None
+        refs = self._take(node, 1, shape)
+        self._share(node, refs[0].gpu, MILLI_PER_GPU - shape.milli)
+        return refs
+
+    def take_on(self, t: str, node_id: str, gpus: int) -> list[GpuRef]:
+        """Up to ``gpus`` free GPUs of one node (lowest indices first): an elastic job's growth."""
+        node = self.by_id.get(node_id)
+        if node is None or node.type != t:
+            return []
+        k = min(gpus, len(node.free))
+        return self._take(node, k, None) if k > 0 else []
+
+    def take_any(self, t: str, gpus: int) -> list[GpuRef]:
+        """``gpus`` free GPUs of type ``t`` anywhere (a spread job's rule, no CPU or memory).
+
+        Raises ``AssertionError`` when there are not that many: the caller counted them."""
+        got = self._place_spread(t, Shape(gpus, ()))
+        if got is None:
             raise AssertionError(f"placement of {gpus} GPUs failed: capacity row violated")
-        return out
+        return got
 
 
 def kept_over_quota(uncovered: Mapping[tuple[str, str], int]) -> list[KeptOverQuota]:

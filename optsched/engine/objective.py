@@ -82,6 +82,11 @@ class ObjectiveWeights:
     """Value of one GPU an elastic job takes beyond its requested size (growth, or a start
     above ``gpus``), as a fraction of the lowest value per GPU of any pending job: below 1, any
     start is worth more than growth on the same GPUs."""
+    fragmentation: float = 0.02
+    """Cost of one fragmented GPU after the decision (the FGD measure on the chunks of
+    :mod:`optsched.engine.chunks`), as a fraction of the lowest value per GPU of any waiting job:
+    among plans that start the same work, the one that leaves the free GPUs in the largest
+    pieces wins; it never outweighs a start."""
     elastic_shrink: float = 0.25
     """Cost of shrinking an elastic job by some GPUs, as a fraction of the cost of preempting
     a job of that many GPUs whose lost work is the resize overhead: shrinking is the cheaper
@@ -180,7 +185,7 @@ def value(problem: EpochProblem, a: Assignment) -> float:
             if loan:
                 val -= k * cls.loan_penalty
             elif cls.reclaim:
-                val += k * problem.reclaim_bonus  # a reclaim starts inside quota
+                val += k * problem.reclaim_of(cls)  # a reclaim starts inside quota
     by_pair = {(g.pending, g.running): g.value for g in problem.guests}
     for c, r in a.guests.items():
         val += by_pair[(c, r)]
@@ -190,4 +195,8 @@ def value(problem: EpochProblem, a: Assignment) -> float:
         run = problem.running[r]
         val += d * run.grow_value if d > 0 else d * run.shrink_cost
     val -= w.borrow_penalty * (a.borrowed(problem) + a.inflow(problem))
+    if problem.frag_scale and problem.placement:
+        from optsched.engine.chunks import ChunkBook
+
+        val -= problem.frag_scale * ChunkBook(problem, a).fragmented()
     return val

@@ -7,7 +7,9 @@ jobs could start at all, not with the length of the queue. Every pending job of 
 of exactly one class: none is pruned.
 
 There is deliberately no variable per (job, GPU) or per (job, node): the model decides counts
-per GPU type, and :mod:`optsched.engine.decode` turns them into concrete GPU indices afterwards.
+per GPU type and, through :class:`TypePlacement`, that those counts fit the nodes' free GPUs in
+their shapes (:mod:`optsched.engine.chunks`); :mod:`optsched.engine.decode` then places them on
+concrete GPUs by the one placement rule (:class:`~optsched.engine.ledger.NodePool`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass, field
 
 from optsched.engine.objective import DEFAULT_WEIGHTS, ObjectiveWeights
 from optsched.engine.quota_tree import EMPTY, QuotaTree
+from optsched.engine.shape import Shape
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,14 @@ class PendingClass:
     group: str = ""
     """Elastic size alternatives: the id of the elastic job this singleton class starts at size
     ``gpus`` (one class per allowed size; at most one of a group starts); "" otherwise."""
+    shapes: tuple[Shape, ...] = ()
+    """Per type of ``types``: the members' node shape there (empty: spread everywhere)."""
+
+    def shape_on(self, t: int) -> Shape:
+        """The members' shape on type ``t`` (one of ``types``)."""
+        if not self.shapes:
+            return Shape(self.gpus, ())
+        return self.shapes[self.types.index(t)]
 
     @property
     def job(self) -> str:
@@ -104,11 +115,77 @@ class RunningItem:
     """Static cost of one step of shrinking (what ``preemption_pays`` charges)."""
     overhead_s: float = 0.0
     """Seconds of progress one resize costs (the job's ``resize_overhead_s``)."""
+    nodes: tuple[tuple[int, int], ...] = ()
+    """(node index in the snapshot, GPUs it holds there) for each node of its allocation."""
+    cpu_milli: int = 0
+    """CPUs it holds on each of its nodes (thousandths)."""
+    memory_mib: int = 0
+    """Host memory it holds on each of its nodes."""
+    share: int = 0
+    """A fractional job: the thousandths of its GPU it takes (its GPU counts once in
+    ``EpochProblem.shared_gpus``, the job as one GPU of quota); 0 for whole GPUs."""
 
     @property
     def priority_victim(self) -> bool:
         """A candidate whose preemption would be for priority (not on loan, not a guest)."""
         return self.candidate and not self.on_loan and not self.guest
+
+
+@dataclass(frozen=True)
+class MovableNode:
+    """A node whose free GPUs the decision may change: a running job on it may be preempted or
+    shrunk (:class:`TypePlacement`)."""
+
+    index: int
+    """The node's index in the snapshot."""
+    free: int
+    """Fully free GPUs now."""
+    holders: tuple[tuple[int, int], ...]
+    """(running item, GPUs it holds on this node) of the items that may free GPUs here: preemption
+    candidates, and elastic jobs that may shrink (their GPUs per step, a bound on what a shrink
+    frees on any one of their nodes)."""
+    domain: tuple[str, ...] = ()
+    """Its domain at the topology level of the type's required requests (empty: none)."""
+
+
+@dataclass(frozen=True)
+class TypePlacement:
+    r"""What the one model knows of the nodes of one GPU type (:mod:`optsched.engine.chunks`).
+
+    The free GPUs of every node are counted in *chunks* of ``levels`` (1, 2, 4, ... GPUs): a
+    node with 6 free GPUs has one free 4-chunk and one free 2-chunk. Nodes where nothing can
+    change are summed into ``fixed``; nodes where a preemption or shrink may free GPUs are
+    ``movable``, one by one. A whole-GPU piece of a job's shape takes chunks whose sizes add up
+    to it (its binary digits), each a chunk of its level or a split larger one. For pieces that
+    are powers of two, with no CPU, memory, topology or shares to respect, this is exact: pieces
+    fit the nodes iff the chunks do (largest-first placement); otherwise it is a relaxation and
+    decoding may leave a start it cannot place queued.
+    """
+
+    levels: tuple[int, ...]
+    fixed: tuple[int, ...]
+    """Per level: maximal free chunks on the nodes no decision can change."""
+    movable: tuple[MovableNode, ...]
+    frag: tuple[float, ...]
+    """Per level: objective cost of one maximal chunk of that level left free (the FGD measure:
+    its GPUs are fragments to every waiting piece larger than it, weighted by their share)."""
+    exact: bool
+    """Whether the chunk rows are the whole rule on this type (see the class docstring)."""
+    cpu_free: int | None = None
+    """Free CPUs (thousandths) on the type's nodes that have or may get free GPUs, when a pending
+    job on the type needs CPUs and every such node tracks them; else None (no row)."""
+    mem_free: int | None = None
+    """As ``cpu_free``, for host memory."""
+    share_free: int = 0
+    """Thousandths free on GPUs that hold shares (fractional jobs)."""
+    domain_level: int = -1
+    """The topology level of the required requests on this type (-1: none)."""
+    domains: tuple[tuple[tuple[str, ...], tuple[int, ...]], ...] = ()
+    """(domain, its fixed chunks per level) for every domain of ``domain_level``."""
+
+    @property
+    def top(self) -> int:
+        return len(self.levels) - 1
 
 
 @dataclass(frozen=True)
@@ -149,6 +226,8 @@ class EpochProblem:
     """Per type: where lenders can no longer cover all on-loan use, the on-loan GPUs (some of
     those jobs must be reclaimed whatever starts, so their GPUs may stay idle); else 0."""
     reclaim_bonus: float
+    """Per GPU of a reclaim class's start inside quota (:meth:`reclaim_of`): twice the largest
+    preemption cost plus one, so one start pays for stopping any one job."""
     objective: ObjectiveWeights = DEFAULT_WEIGHTS
     complete: bool = True
     """Whether the model holds every alternative of the snapshot (no guest pair was cut)."""
@@ -173,6 +252,22 @@ class EpochProblem:
     """Types on which no start may be on loan this epoch: those on which guaranteed jobs that a
     node loss stops restart at the next one (:func:`~optsched.engine.node_loss.restart_types`;
     a start on loan there would be reclaimed for them). Starts inside quota stay allowed."""
+    placement: tuple[TypePlacement | None, ...] = ()
+    """Per type: the node-level rows of the model (None, or empty: GPUs counted per type only,
+    as when no waiting job on the type needs more than one GPU on a node)."""
+    frag_scale: float = 0.0
+    """Objective cost of one fragmented GPU (the chunks' ``frag`` weights are in GPUs)."""
+    shared_gpus: tuple[int, ...] = ()
+    """Per type: GPUs held by running fractional jobs only, each counted once (capacity)."""
+
+    def placement_of(self, t: int) -> TypePlacement | None:
+        return self.placement[t] if t < len(self.placement) else None
+
+    def reclaim_of(self, cls: PendingClass) -> float:
+        """What one member of ``cls`` started inside its tenant's quota earns beyond its value:
+        the reclaim bonus per GPU it gives back to its tenant, when the class reclaims (the
+        tenant's assurance is low, assurance use (b)); else 0."""
+        return self.reclaim_bonus * cls.gpus if cls.reclaim else 0.0
 
     def slack_of(self, t: int) -> int:
         """``victim_slack`` of type ``t`` (0 when none was given)."""
@@ -184,10 +279,11 @@ class EpochProblem:
 
     # derived sums of the kept running jobs --------------------------------------------
     def used(self) -> list[int]:
-        """Host GPUs held per type by kept running jobs (before preemptions)."""
-        out = [0] * len(self.types)
+        """Host GPUs held per type by kept running jobs (before preemptions); a GPU holding
+        shares counts once."""
+        out = list(self.shared_gpus) if self.shared_gpus else [0] * len(self.types)
         for r in self.running:
-            if not r.guest:
+            if not r.guest and not r.share:
                 out[r.type] += r.gpus
         return out
 
@@ -213,6 +309,9 @@ class Assignment:
     """running indices to stop (forced ones are not listed: they always stop)."""
     resize: dict[int, int] = field(default_factory=dict)
     """running index of an elastic job -> its signed size change in steps (never 0)."""
+    blocked: dict[tuple[int, int], int] = field(default_factory=dict)
+    """(class, type) -> the most members the fill pass may start there: decoding found the free
+    nodes could not hold one more (see :class:`~optsched.engine.decode.Unplaced`)."""
 
     def size(self, problem: EpochProblem, r: int) -> int:
         """GPUs running job ``r`` holds after the assignment (0 when preempted)."""
@@ -224,6 +323,14 @@ class Assignment:
     def add(self, c: int, t: int, loan: bool, k: int = 1) -> None:
         counts = self.starts.setdefault(c, {})
         counts[(t, loan)] = counts.get((t, loan), 0) + k
+        if counts[(t, loan)] <= 0:
+            del counts[(t, loan)]
+            if not counts:
+                del self.starts[c]
+
+    def on_type(self, c: int, t: int) -> int:
+        """Members of class ``c`` started on type ``t``."""
+        return sum(k for (tt, _), k in self.starts.get(c, {}).items() if tt == t)
 
     def started(self, c: int) -> int:
         """Members of class ``c`` started exclusively."""

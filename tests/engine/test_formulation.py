@@ -53,11 +53,12 @@ def solve(p: EpochProblem, backend: str) -> Assignment:
     return res.assignment
 
 
-def test_the_model_has_exactly_the_four_documented_families() -> None:
+def test_the_model_has_exactly_the_five_documented_families() -> None:
     assert {f.__name__ for f in CONSTRAINT_FAMILIES} == {
         "add_gpu_sharing",
         "add_preemption_rules",
         "add_capacity_and_loans",
+        "add_node_shape",
         "add_start_or_queue",
     }
 

@@ -164,8 +164,11 @@ def test_lookahead_off_keeps_the_value_order() -> None:
     off_gang = gang_snapshot()
     off_gang["options"]["lookahead_epochs"] = 0
     state, d = _solve(off_gang)
-    # no reservation: the free GPUs go to the queued jobs that fit
-    assert d.reservations == [] and {s.job for s in d.start} == {"short", "long"}
+    # no reservation: the 8 free GPUs (one node) go to queued jobs that fit, the most valuable
+    # use of them (small2 alone is worth more than short and long together, and each GPU a
+    # reclaim start takes back earns the same bonus)
+    assert d.reservations == [] and sum(len(s.allocation) for s in d.start) == 8
+    assert {s.job for s in d.start} == {"small2"}
     assert check_decision(state, d) == []
 
 

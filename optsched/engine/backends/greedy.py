@@ -21,18 +21,27 @@ import heapq
 import itertools
 import math
 import time
-from typing import ClassVar
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, ClassVar
 
 from optsched.engine.backends.base import SolveParams, SolveResult, SolveStatus
+from optsched.engine.chunks import ChunkBook
 from optsched.engine.formulation import PAY_SCALE
 from optsched.engine.problem import Assignment, EpochProblem
 
+if TYPE_CHECKING:
+    from optsched.engine.formulation import LinearModel
+
 
 class _Tally:
-    """Per-type capacity and per-tenant use, kept in step with the assignment."""
+    """Per-type capacity and per-tenant use, and the nodes' chunks (:class:`ChunkBook`), kept in
+    step with the assignment."""
 
     def __init__(self, p: EpochProblem, a: Assignment | None = None) -> None:
         self.p = p
+        self.chunks = ChunkBook(p)
+        self.blocked: dict[tuple[int, int], int] = dict(a.blocked) if a is not None else {}
+        self.on_type: dict[tuple[int, int], int] = {}
         self.free = [p.capacity[t] - u for t, u in enumerate(p.used())]
         self.use = p.held(own_only=False)
         self.own = p.held(own_only=True)
@@ -72,7 +81,8 @@ class _Tally:
                 _resize(self, p, r, d)
             for c, counts in a.starts.items():
                 for (t, loan), k in counts.items():
-                    self.apply(p.pending[c].tenant, t, k * p.pending[c].gpus, not loan)
+                    for _ in range(k):
+                        _start(self, p, c, t, not loan)
 
     def _share(self, i: int, t: int) -> int:
         """Tenant ``i``'s part of the pool on type ``t``: lendable idle quota, or minus its
@@ -129,8 +139,10 @@ class _Tally:
         # quota groups: no subtree borrows more than its borrow_limit
         return not self._limited[t] or not self._bad[t]
 
-    def apply(self, i: int, t: int, g: int, own: bool, sign: int = 1) -> None:
-        self.free[t] -= sign * g
+    def apply(self, i: int, t: int, g: int, own: bool, sign: int = 1, cap: int | None = None) -> None:
+        """Use (``sign`` 1) or give back ``g`` GPUs of tenant ``i`` on ``t`` (``cap``: of the
+        type's free GPUs, when not ``g``: a share's GPU is opened by the chunks)."""
+        self.free[t] -= sign * (g if cap is None else cap)
         before = self._share(i, t)
         self.use[i][t] += sign * g
         if own:
@@ -145,20 +157,37 @@ class _Tally:
         return self.free[t] >= 0 and self.pool(t) >= 0 and self.borrow_ok(i, t)
 
 
+def _start(ledger: _Tally, p: EpochProblem, c: int, t: int, own: bool, sign: int = 1) -> bool:
+    """One member of class ``c`` on ``t`` in (``sign`` 1) or out (-1) of the ledger and its
+    chunks; ``False`` (nothing changed) when its required topology finds no domain."""
+    cls = p.pending[c]
+    opened = ledger.chunks.opened(t)
+    if not ledger.chunks.start(c, t, sign):
+        return False
+    cap = ledger.chunks.opened(t) - opened if cls.shape_on(t).fractional else None
+    ledger.apply(cls.tenant, t, cls.gpus, own, sign=sign, cap=None if cap is None else sign * cap)
+    ledger.on_type[(c, t)] = ledger.on_type.get((c, t), 0) + sign
+    return True
+
+
 def _try_start(ledger: _Tally, p: EpochProblem, c: int, own_only: bool = False) -> tuple[int, bool] | None:
     cls = p.pending[c]
     order = sorted(range(len(cls.types)), key=lambda k: (-cls.type_bonus[k], cls.types[k]))
     for k in order:
         t = cls.types[k]
+        cap = ledger.blocked.get((c, t))
+        if cap is not None and ledger.on_type.get((c, t), 0) >= cap:
+            continue  # decoding found the nodes do not hold another one there
         # after a node loss, no start on loan where its jobs restart (``p.no_loan``)
         for own in (True,) if own_only or t in p.no_loan else (True, False):
             room = p.quota[cls.tenant][t] - ledger.own[cls.tenant][t]
             if own and (t not in cls.own_types or cls.gpus > room):
                 continue
-            ledger.apply(cls.tenant, t, cls.gpus, own)
-            if ledger.feasible(cls.tenant, t):
+            if not _start(ledger, p, c, t, own):
+                continue
+            if ledger.feasible(cls.tenant, t) and ledger.chunks.feasible(t):
                 return (t, not own)
-            ledger.apply(cls.tenant, t, cls.gpus, own, sign=-1)
+            _start(ledger, p, c, t, own, sign=-1)
     return None
 
 
@@ -168,6 +197,7 @@ def _preempt(ledger: _Tally, p: EpochProblem, r: int, sign: int = 1) -> None:
         ledger.apply(run.tenant, run.type, run.gpus, not run.on_loan, sign=-sign)
         ledger.started[run.type] += sign * run.gpus  # undo: a preemption is not a start
         ledger.freed[run.type] += sign * run.gpus
+        ledger.chunks.preempt(r, sign)
 
 
 def _resize(ledger: _Tally, p: EpochProblem, r: int, d: int) -> None:
@@ -179,6 +209,7 @@ def _resize(ledger: _Tally, p: EpochProblem, r: int, d: int) -> None:
     ledger.started[run.type] -= g
     if d < 0:
         ledger.freed[run.type] -= g
+    ledger.chunks.resize(r, d)
 
 
 def _started_groups(p: EpochProblem, a: Assignment) -> set[str]:
@@ -221,6 +252,7 @@ def _run(
         lst.sort(key=lambda r: (p.running[r].cost / p.running[r].gpus, p.running[r].job))
     heap = _members(p, a)
     groups = _started_groups(p, a)
+    nodes = _NodeVictims(p, ledger)
     while heap:
         later, negd, job, negg, c, k = heapq.heappop(heap)
         cls = p.pending[c]
@@ -229,7 +261,7 @@ def _run(
         first = cls.reclaim and not later  # reclaim priority holds for starts inside quota only
         got = _try_start(ledger, p, c, own_only=first) if a.started(c) < cls.cap else None
         if got is None and reclaim and first and a.started(c) < cls.cap:
-            got = _reclaim(ledger, p, a, c, victims, guests_of_host)
+            got = _reclaim(ledger, p, a, c, victims, guests_of_host, nodes)
         if got is None and first:  # on loan it waits its turn like any other job
             heapq.heappush(heap, (True, negd, job, negg, c, k))
             continue
@@ -287,7 +319,7 @@ def _grow(p: EpochProblem, a: Assignment) -> None:
             if not run.on_loan and ledger.own[i][t] + run.step > p.quota[i][t]:
                 break
             _resize(ledger, p, r, 1)
-            if not ledger.feasible(i, t):
+            if not ledger.feasible(i, t) or not ledger.chunks.feasible(t):
                 _resize(ledger, p, r, -1)
                 ledger.freed[t] -= run.step  # an undone growth frees nothing
                 break
@@ -345,6 +377,7 @@ def _priority(p: EpochProblem, a: Assignment, ledger: _Tally) -> None:
         key=lambda c: (-p.pending[c].density, p.pending[c].job),
     )
     groups = _started_groups(p, a)
+    nodes = _NodeVictims(p, ledger)
     for c in order:
         cls = p.pending[c]
         while a.started(c) < cls.cap and not (cls.group and cls.group in groups):
@@ -366,7 +399,12 @@ def _priority(p: EpochProblem, a: Assignment, ledger: _Tally) -> None:
                 applied = False
                 trial = list(spent)
                 room = be_room[t] + cls.gpus + slack_left[t]
-                for r in itertools.chain(own_list, others):
+                pool: Iterable[int] = itertools.chain(own_list, others)
+                first = nodes.first(c, t, a)
+                if first:
+                    listed = set(first)
+                    pool = itertools.chain(first, (r for r in pool if r not in listed))
+                for r in pool:
                     if r in a.preempt or r in hosting or r in a.resize:
                         continue  # a host that took a guest, or a resized job, keeps running
                     run = p.running[r]
@@ -408,12 +446,80 @@ def _priority(p: EpochProblem, a: Assignment, ledger: _Tally) -> None:
                     for r in taken:
                         a.preempt.add(r)
                         a.preempt.update(guests_of_host.get(p.running[r].job, []))
+                    nodes.changed()
                     done = True
                     break
                 for r in taken:
                     _preempt(ledger, p, r, sign=-1)
             if not done:
                 break
+
+
+class _NodeVictims:
+    """Per type, the candidate victims on each movable node, cheapest per GPU first, and the
+    cheapest nodes to free a piece on (cached until a plan's preemptions change)."""
+
+    def __init__(self, p: EpochProblem, ledger: _Tally) -> None:
+        self.p = p
+        self.ledger = ledger
+        self.on: dict[int, dict[int, list[tuple[int, int]]]] = {}
+        self.cache: dict[tuple[int, int, int, int], list[int]] = {}
+        for t, book in ledger.chunks.books.items():
+            per: dict[int, list[tuple[int, int]]] = {}
+            for mn in book.tp.movable:
+                vs = [(r, g) for r, g in mn.holders if p.running[r].candidate and not p.running[r].guest]
+                if vs:
+                    vs.sort(key=lambda x: (p.running[x[0]].cost / p.running[x[0]].gpus, p.running[x[0]].job))
+                    per[mn.index] = vs
+            self.on[t] = per
+
+    def first(self, c: int, t: int, a: Assignment, others_only: int = -1) -> list[int]:
+        """Victims on the nodes where stopping them frees the pieces of class ``c``'s shape on
+        ``t`` most cheaply (``others_only``: a tenant whose jobs are no victims here), those
+        nodes' victims first: freeing GPUs scattered over nodes frees no chunk a piece can use.
+        Empty when the type's placement does not constrain the start (no chunks, one-GPU
+        pieces) or the free chunks already hold it."""
+        p, ledger = self.p, self.ledger
+        book = ledger.chunks.books.get(t)
+        shape = p.pending[c].shape_on(t)
+        if book is None or not shape.pieces or shape.largest <= 1:
+            return []
+        if ledger.chunks.start(c, t):
+            fits = ledger.chunks.feasible(t)
+            ledger.chunks.start(c, t, -1)
+            if fits:
+                return []
+        key = (t, shape.largest, max(1, shape.nodes), others_only)
+        got = self.cache.get(key)
+        if got is not None:
+            return got
+        piece = shape.largest
+        options: list[tuple[float, int, list[int]]] = []
+        for node, mine in self.on.get(t, {}).items():
+            free = book.free[node]
+            if free >= piece:
+                continue
+            taken: list[int] = []
+            cost = 0.0
+            for r, g in mine:
+                if r in a.preempt or r in a.resize or p.running[r].tenant == others_only:
+                    continue
+                taken.append(r)
+                free += g
+                cost += p.running[r].static_cost
+                if free >= piece:
+                    options.append((cost, node, taken))
+                    break
+        options.sort(key=lambda o: (o[0], o[1]))
+        out: list[int] = []
+        for _, _, taken in options[: max(1, shape.nodes)]:
+            out += [r for r in taken if r not in out]
+        self.cache[key] = out
+        return out
+
+    def changed(self) -> None:
+        """The plan's preemptions changed: forget the cached nodes."""
+        self.cache.clear()
 
 
 def repaired(p: EpochProblem) -> Assignment:
@@ -430,6 +536,17 @@ def fill(p: EpochProblem, a: Assignment) -> int:
     before = sum(a.started(c) for c in a.starts) + len(a.guests)
     _run(p, a, _Tally(p, a), reclaim=False)
     return sum(a.started(c) for c in a.starts) + len(a.guests) - before
+
+
+def unplace(p: EpochProblem, a: Assignment, failed: list[tuple[int, int, bool]]) -> int:
+    """Take the starts decoding could not place out of ``a`` ((class, type, on_loan) each), cap
+    their class there at what is left (:attr:`Assignment.blocked`), undo the preemptions no start
+    uses any more and fill again; returns how many jobs the fill started."""
+    for c, t, loan in failed:
+        a.add(c, t, loan, -1)
+        a.blocked[(c, t)] = a.on_type(c, t)
+    _drop_unused_preemptions(p, a)
+    return fill(p, a)
 
 
 def _drop_unused_preemptions(p: EpochProblem, a: Assignment) -> None:
@@ -458,7 +575,8 @@ def _drop_unused_preemptions(p: EpochProblem, a: Assignment) -> None:
             i = run.tenant
             # keeping the job must not push its tenant's in-quota use over quota
             quota_ok = (i, t) not in own_start_tenants or ledger.own[i][t] <= p.quota[i][t]
-            if ledger.free[t] >= 0 and ledger.pool(t) >= 0 and ledger.borrow_ok(i, t) and quota_ok:
+            fits = ledger.chunks.feasible(t)
+            if ledger.free[t] >= 0 and ledger.pool(t) >= 0 and ledger.borrow_ok(i, t) and quota_ok and fits:
                 a.preempt.discard(r)
                 for g in guests_of.get(run.job, []):
                     a.preempt.discard(g)  # its guests run on its GPUs: they stay too
@@ -509,6 +627,7 @@ def _reclaim(
     c: int,
     victims: dict[int, list[int]],
     guests_of_host: dict[str, list[int]],
+    nodes: _NodeVictims,
 ) -> tuple[int, bool] | None:
     """Preempt on-loan jobs of other tenants (cheapest per GPU first, from the per-type lists
     in ``victims``, outside the claimant's subtree first) until a member of class ``c`` fits on
@@ -527,6 +646,10 @@ def _reclaim(
         order = victims.get(t, [])
         if not p.tree.empty:
             order = sorted(order, key=lambda r: depth(p.running[r].tenant, cls.tenant))
+        first = [r for r in nodes.first(c, t, a, others_only=cls.tenant) if p.running[r].on_loan]
+        if first:
+            listed = set(first)
+            order = first + [r for r in order if r not in listed]
         for r in order:
             run = p.running[r]
             if run.tenant == cls.tenant or r in a.preempt or r in a.guests.values() or r in a.resize:
@@ -536,6 +659,7 @@ def _reclaim(
                 got = _try_start(ledger, p, c, own_only=True)
                 if got is not None:
                     a.resize[r] = -d
+                    nodes.changed()
                     a.preempt.update(taken)
                     for v in taken:
                         a.preempt.update(guests_of_host.get(p.running[v].job, []))
@@ -546,9 +670,10 @@ def _reclaim(
             taken.append(r)
             got = _try_start(ledger, p, c)
             if got is not None and got[1]:  # on loan: no reclaim (a start on loan never preempts)
-                ledger.apply(cls.tenant, got[0], cls.gpus, False, sign=-1)
+                _start(ledger, p, c, got[0], False, sign=-1)
                 got = None
             if got is not None:
+                nodes.changed()
                 a.preempt.update(taken)
                 for v in taken:
                     a.preempt.update(guests_of_host.get(p.running[v].job, []))
@@ -581,3 +706,72 @@ class GreedyBackend:
             objective=a.objective(problem),
             detail="greedy heuristic",
         )
+
+
+def guided_assignment(p: EpochProblem, m: LinearModel, values: Sequence[float]) -> Assignment:
+    """A plan that follows a fractional solution of the model (its LP relaxation): the reclaims
+    the greedy plan must make, the preemptions, resizes and guest pairs the solution takes whole,
+    then as many starts of each class on each type and quota as it takes whole (down to what the
+    ledger, the chunks and the quotas still hold), classes in the greedy order, and last the
+    greedy fill of whatever else still fits; preemptions no start uses are undone."""
+    eps = 1e-6
+    a = Assignment()
+    ledger = _Tally(p)
+    _repair(ledger, p, a)
+    guests_of_host: dict[str, list[int]] = {}
+    for r, run in enumerate(p.running):
+        if run.host is not None:
+            guests_of_host.setdefault(run.host, []).append(r)
+    for r, v in sorted(m.preempt.items()):
+        if values[v] > 1 - eps and r not in a.preempt:
+            _preempt(ledger, p, r)
+            a.preempt.add(r)
+            for g in guests_of_host.get(p.running[r].job, []):
+                if g not in a.preempt:
+                    _preempt(ledger, p, g)
+                    a.preempt.add(g)
+    for r in sorted(set(m.grow) | set(m.shrink)):
+        if r in a.preempt:
+            continue
+        d = math.floor(values[m.grow[r]] + eps) if r in m.grow else 0
+        d -= math.floor(values[m.shrink[r]] + eps) if r in m.shrink else 0
+        if d < 0:
+            _resize(ledger, p, r, d)
+            a.resize[r] = d
+    taken: list[tuple[bool, float, int, int, bool, int]] = []
+    for (c, t), v in m.own.items():
+        k = math.floor(values[v] + eps)
+        if k > 0:
+            cls = p.pending[c]
+            taken.append((not cls.reclaim, -cls.density, c, t, False, k))
+    for (c, t), v in m.loan.items():
+        k = math.floor(values[v] + eps)
+        if k > 0:
+            cls = p.pending[c]
+            taken.append((True, -cls.density, c, t, True, k))
+    for _, _, c, t, loan, k in sorted(taken):
+        cls = p.pending[c]
+        for _ in range(k):
+            if a.started(c) >= cls.cap or (cls.group and cls.group in _started_groups(p, a)):
+                break
+            if not loan and cls.gpus > p.quota[cls.tenant][t] - ledger.own[cls.tenant][t]:
+                break
+            if not _start(ledger, p, c, t, not loan):
+                break
+            if ledger.feasible(cls.tenant, t) and ledger.chunks.feasible(t):
+                a.add(c, t, loan)
+            else:
+                _start(ledger, p, c, t, not loan, sign=-1)
+                break
+    used_hosts: set[int] = set()
+    for g, v in sorted(m.guest.items()):
+        cand = p.guests[g]
+        free = cand.pending not in a.guests and a.started(cand.pending) == 0
+        if values[v] > 1 - eps and free and cand.running not in a.preempt | used_hosts:
+            a.guests[cand.pending] = cand.running
+            used_hosts.add(cand.running)
+    _priority(p, a, ledger)
+    _run(p, a, ledger, reclaim=True)
+    _priority(p, a, ledger)
+    _drop_unused_preemptions(p, a)
+    return a

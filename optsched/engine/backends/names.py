@@ -12,13 +12,11 @@ ALIASES: dict[str, str] = {"milp": "highspy"}
 
 DEFAULT_BACKEND = "auto"
 """The one default of the library, the CLI and the simulator, and not a backend but a rule
-(:func:`optsched.engine.epoch.auto_backend`): ``highs`` (HiGHS bundled with OR-Tools; at Venus
-size optimal within the default second) whenever the model fits HiGHS's work budget
-(``HIGHS_VARS_PER_WORK_S`` variables per nominal second of work), else the greedy plan,
-labelled ``fallback`` with the reason (a longer ``time_limit_s`` brings the exact model back:
-at 10,000 GPUs, ``generate --size large``, 11,300-11,700 variables need a limit of about 6.3 s;
-5 s gives a budget near 9,000). The rule reads only the model's size and the limit, never the
-clock, so the answer is reproducible at every size (``docs/benchmarks.md``)."""
+(:func:`optsched.engine.epoch.auto_backend`): ``highs`` (HiGHS bundled with OR-Tools), which
+runs branch and bound when the model fits its work budget (at Venus size optimal within the
+default second) and, above it, the LP relaxation (a bound of the whole problem) with the greedy
+plan guided by its solution (:mod:`optsched.engine.backends.highs`). The rule reads only the
+model's size and the limit, never the clock, so the answer is reproducible at every size."""
 
 
 def canonical_backend(name: str) -> str:

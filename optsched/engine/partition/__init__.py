@@ -197,11 +197,16 @@ def decision_value(problem: EpochProblem, state: ClusterState, decision: Decisio
             val += cls.type_bonus[cls.types.index(ti)]
         if s.on_loan:
             val -= cls.loan_penalty
-        elif cls.reclaim:
-            val += problem.reclaim_bonus
+        else:
+            val += problem.reclaim_of(cls)
     for p in decision.preempt:
         i = run_index.get(p.job)
         if i is not None:
             a.preempt.add(i)
             val -= problem.running[i].cost
-    return val - w.borrow_penalty * a.borrowed(problem)
+    val -= w.borrow_penalty * a.borrowed(problem)
+    if problem.frag_scale and problem.placement:
+        from optsched.engine.chunks import ChunkBook
+
+        val -= problem.frag_scale * ChunkBook(problem, a).fragmented()
+    return val

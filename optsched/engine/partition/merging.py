@@ -37,17 +37,18 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
 from optsched.engine import assurance as asr
 from optsched.engine.check import over_quota_note
 from optsched.engine.explain import explain_decision
-from optsched.engine.ledger import derive_loans, kept_over_quota
+from optsched.engine.ledger import NodePool, derive_loans, kept_over_quota
 from optsched.engine.node_loss import lend_limits_after_node_loss, restart_types
 from optsched.engine.partition.running import PartResult
 from optsched.engine.rules import cap_starved, protected, starved_types, victim_slack
+from optsched.engine.shape import shape_of
 from optsched.engine.state import ClusterState
 from optsched.schema.decision import (
     Decision,
@@ -60,67 +61,6 @@ from optsched.schema.decision import (
     Start,
 )
 from optsched.schema.snapshot import GpuRef, Job, Tenant
-
-
-@dataclass
-class _Fleet:
-    """Free GPUs after the parts' decisions, bucketed per type by free count on a node."""
-
-    state: ClusterState
-    free: dict[str, list[int]] = field(default_factory=dict)
-    buckets: dict[str, dict[int, dict[str, None]]] = field(default_factory=dict)
-    total: dict[str, int] = field(default_factory=dict)
-
-    @classmethod
-    def build(cls, state: ClusterState, holders: set[tuple[str, int]]) -> _Fleet:
-        f = cls(state)
-        f.total = dict.fromkeys(state.type_names, 0)
-        f.buckets = {t: defaultdict(dict) for t in state.type_names}
-        pool = state.pool_gpus
-        for n in state.snapshot.nodes:
-            if not n.available:
-                continue
-            gpus = [g for g in range(n.gpus) if (n.id, g) not in holders and (n.id, g) not in pool]
-            f.free[n.id] = gpus
-            if gpus:
-                f.buckets[n.gpu_type][len(gpus)][n.id] = None
-                f.total[n.gpu_type] += len(gpus)
-        return f
-
-    def _take(self, t: str, node: str, g: int) -> list[GpuRef]:
-        have = self.free[node]
-        del self.buckets[t][len(have)][node]
-        got, rest = have[:g], have[g:]
-        self.free[node] = rest
-        if rest:
-            self.buckets[t][len(rest)][node] = None
-        self.total[t] -= len(got)
-        return [GpuRef(node=node, gpu=x) for x in got]
-
-    def release(self, t: str, refs: Sequence[GpuRef]) -> None:
-        """Give GPUs back (a preempted job's)."""
-        for ref in refs:
-            have = self.free.setdefault(ref.node, [])
-            if have:
-                del self.buckets[t][len(have)][ref.node]
-            have.append(ref.gpu)
-            have.sort()
-            self.buckets[t][len(have)][ref.node] = None
-            self.total[t] += 1
-
-    def place(self, t: str, g: int) -> list[GpuRef]:
-        """``g`` free GPUs of type ``t`` (the caller checked ``total[t] >= g``): the
-        best-fitting node when one holds the gang, else the fullest nodes first."""
-        b = self.buckets[t]
-        sizes = sorted(s for s, ns in b.items() if ns)
-        for s in sizes:
-            if s >= g:
-                return self._take(t, next(iter(b[s])), g)
-        out: list[GpuRef] = []
-        while len(out) < g:
-            s = max(s for s, ns in b.items() if ns)
-            out += self._take(t, next(iter(b[s])), min(s, g - len(out)))
-        return out
 
 
 @dataclass(frozen=True)
@@ -248,18 +188,16 @@ def _collect(results: list[PartResult]) -> tuple[list[Start], list[Preempt], dic
 
 def _kept_use(
     state: ClusterState, starts: list[Start], stopped: set[str]
-) -> tuple[set[tuple[str, int]], defaultdict[tuple[str, str], int], defaultdict[tuple[str, str], int]]:
-    """What the parts' decisions hold: the GPUs of the running jobs they keep (not in
-    ``stopped``) and of their starts, the use per (tenant, type) of both (MPS guests not
-    counted), and what the kept jobs not on loan hold per (tenant, type)."""
-    holders: set[tuple[str, int]] = set()
+) -> tuple[defaultdict[tuple[str, str], int], defaultdict[tuple[str, str], int]]:
+    """What the parts' decisions hold: the use per (tenant, type) of the running jobs they keep
+    (not in ``stopped``) and of their starts (MPS guests not counted), and what the kept jobs
+    not on loan hold per (tenant, type)."""
     use: defaultdict[tuple[str, str], int] = defaultdict(int)
     own_kept: defaultdict[tuple[str, str], int] = defaultdict(int)
     for job in state.running():
         if job.id in stopped:
             continue
         assert job.allocation is not None
-        holders.update(ref.key() for ref in job.allocation)
         if job.id in state.host_of:
             continue
         t = state.job_type(job)
@@ -267,11 +205,10 @@ def _kept_use(
         if not job.on_loan:
             own_kept[(job.tenant, t)] += job.gpus
     for s in starts:
-        holders.update(ref.key() for ref in s.allocation)
         if not s.colocated_with:
             job = state.job(s.job)
             use[(job.tenant, state.node_type(s.allocation[0].node))] += job.gpus
-    return holders, use, own_kept
+    return use, own_kept
 
 
 @dataclass
@@ -417,7 +354,7 @@ class _Coordination:
     state: ClusterState
     signal: dict[str, asr.TenantAssurance]
     books: _Books
-    fleet: _Fleet
+    fleet: NodePool
     pool: dict[str, _Pool]
     tenants: dict[str, Tenant]
     lost: defaultdict[str, int]
@@ -512,11 +449,25 @@ def _within_borrow_limit(state: ClusterState, books: _Books, ten: str, t: str, g
     return not (bl is not None and after_e > bl and after_e > before_e)
 
 
-def _commit(c: _Coordination, job: Job, t: str, pick: _Pick, ds: int, dd: int, first: bool) -> None:
-    """Start ``job`` on ``t``: the accounts take ``pick``'s changes, its victims are undone
-    (starts) or stopped (their GPUs freed, their tenants' caps charged, the start named as what
-    they made room for), and the job gets GPUs of the fleet. A pass-1 start (``first``) sets the
-    type's best-effort room to what ``pick`` left and uses up the type's slack."""
+def _placed(c: _Coordination, job: Job, t: str, pick: _Pick) -> list[GpuRef] | None:
+    """The GPUs ``job`` gets on ``t`` once ``pick``'s victims leave (taken from the fleet), or
+    ``None`` (the fleet as before) when its shape does not fit the nodes even so."""
+    for v in pick.victims:
+        c.fleet.release(list(v.refs), shape_of(c.state, v.job, t))
+    alloc = c.fleet.place(t, shape_of(c.state, job, t))
+    if alloc is None:
+        for v in pick.victims:
+            c.fleet.take(v.refs, shape_of(c.state, v.job, t))
+    return alloc
+
+
+def _commit(
+    c: _Coordination, job: Job, t: str, pick: _Pick, ds: int, dd: int, first: bool, alloc: list[GpuRef]
+) -> None:
+    """Start ``job`` on ``t`` on ``alloc`` (:func:`_placed`): the accounts take ``pick``'s
+    changes, its victims are undone (starts) or stopped (their tenants' caps charged, the start
+    named as what they made room for). A pass-1 start (``first``) sets the type's best-effort
+    room to what ``pick`` left and uses up the type's slack."""
     books = c.books
     books.supply[t] += ds
     books.demand[t] += dd
@@ -526,7 +477,6 @@ def _commit(c: _Coordination, job: Job, t: str, pick: _Pick, ds: int, dd: int, f
     for o, n in pick.changes.items():
         books.use[(o, t)] += n
     for v in pick.victims:
-        c.fleet.release(t, v.refs)
         c.pool[t].remove(v)
         if v.kind == "start":
             c.cancelled.add(v.job.id)
@@ -537,7 +487,6 @@ def _commit(c: _Coordination, job: Job, t: str, pick: _Pick, ds: int, dd: int, f
             c.lost[v.tenant] += v.gpus
         c.reclaimed.append(Preempt(job=v.job.id, reason=why, lost_s=v.job.restart_cost_s))
         c.room_for[v.job.id] = [job.id]
-    alloc = c.fleet.place(t, job.gpus)
     c.added.append(Start(job=job.id, allocation=alloc))
     c.started_ids.add(job.id)
 
@@ -572,7 +521,10 @@ def _start_on(c: _Coordination, job: Job, t: str, first: bool) -> bool:
         ds, dd = shifted
     if not _within_borrow_limit(c.state, books, ten, t, g):
         return False
-    _commit(c, job, t, pick, ds, dd, first)
+    alloc = _placed(c, job, t, pick)
+    if alloc is None:
+        return False
+    _commit(c, job, t, pick, ds, dd, first, alloc)
     return True
 
 
@@ -637,7 +589,8 @@ def _fill(
         if not newly:
             break
         for x in newly:
-            c.fleet.release(c.state.node_type(x.allocation[0].node), x.allocation)
+            t = c.state.node_type(x.allocation[0].node)
+            c.fleet.release(x.allocation, shape_of(c.state, c.state.job(x.job), t))
             c.started_ids.discard(x.job)
         c.books.recount()
     return loans, uncovered
@@ -722,9 +675,12 @@ def merge_plan(
     starts, preempt, predictions = _collect(results)
     stopped = {p.job for p in preempt}
     # also stop the guests of stopped hosts named in another part (never: pairs share a node)
-    holders, use, own_kept = _kept_use(state, starts, stopped)
+    use, own_kept = _kept_use(state, starts, stopped)
     started_ids = {s.job for s in starts}
-    fleet = _Fleet.build(state, holders)
+    fleet = NodePool(state, stopped)
+    for x in starts:
+        if not x.colocated_with:
+            fleet.take(x.allocation, shape_of(state, state.job(x.job), state.node_type(x.allocation[0].node)))
     books = _Books.build(state, use, own_kept)
     # victims: not preempted by a part, no MPS pair involved
     hosts = set(state.host_of.values()) | {h for st_ in starts for h in st_.colocated_with or ()}

@@ -282,7 +282,8 @@ class PulpBackend:
         if status == SolveStatus.OPTIMAL:
             # PuLP does not report the solver's bound; "optimal" means within the relative gap
             obj = to_assignment(lin, problem, values).objective(problem)
-            bound = obj + float(kwargs.get("gapRel") or 0.0) * abs(obj)
+            # in the model's units (``solved`` adds the objective's constant)
+            bound = obj - lin.offset + float(kwargs.get("gapRel") or 0.0) * abs(obj)
         return solved(lin, problem, values, status, self.name, seconds, bound, detail)
 
     @staticmethod
