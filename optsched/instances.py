@@ -246,8 +246,13 @@ def generate(
     tree: bool = False,
     elastic: float = 0.0,
     gpus: int | None = None,
+    shapes: bool = False,
 ) -> dict[str, Any]:
     """A valid format-1 snapshot as a JSON-ready dict.
+
+    ``shapes``: node shape in full (:func:`with_shapes`): CPUs, host memory and a two-level
+    topology on the nodes; per-node CPU and memory needs, explicit ``gpus_per_node``, topology
+    requests and fractional shares on the jobs; running jobs laid out by their shape.
 
     ``tree``: with a quota tree above the tenants (:func:`quota_tree`). ``elastic`` in [0, 1]:
     the share of jobs (MPS pairs excepted) made elastic, drawn from a generator of their own, so
@@ -260,7 +265,9 @@ def generate(
     if gpus is not None:
         raise ValueError("gpus: only the 'fleet' size takes a GPU count")
     if tree:
-        return quota_tree(generate(size, seed, now, elastic=elastic), seed)
+        return quota_tree(generate(size, seed, now, elastic=elastic, shapes=shapes), seed)
+    if shapes:
+        return with_shapes(generate(size, seed, now, elastic=elastic), seed)
     if not 0.0 <= elastic <= 1.0:
         raise ValueError(f"elastic: a share in [0, 1], got {elastic}")
     rng = np.random.default_rng(seed)
@@ -393,6 +400,111 @@ def generate(
         "tenants": tenants,
         "jobs": jobs,
     }
+
+
+CPU_PER_GPU_MILLI = 12_000
+"""Generated nodes: 12 CPUs per GPU (96 on an 8-GPU node, as DGX-class nodes have)."""
+MEMORY_PER_GPU_MIB = 128 * 1024
+"""Generated nodes: 128 GiB of host memory per GPU."""
+RACK_NODES = 8
+"""Generated topology: nodes per rack; ``BLOCK_RACKS`` racks per block."""
+BLOCK_RACKS = 4
+
+
+def with_shapes(snap: dict[str, Any], seed: int = 0) -> dict[str, Any]:
+    """``snap`` with node shape in full (from a generator of its own, so the rest stays as it
+    was): nodes get CPUs and host memory (:data:`CPU_PER_GPU_MILLI`, :data:`MEMORY_PER_GPU_MIB`)
+    and a place in a ``block > rack`` topology (:data:`RACK_NODES` nodes a rack,
+    :data:`BLOCK_RACKS` racks a block, per GPU type); every job needs 4-14 CPUs and 32-160 GiB of
+    host memory per GPU on each of its nodes; a fifth of the pending multi-node jobs require one
+    rack or one block and a tenth prefer one; a tenth of the pending 2-8 GPU jobs state
+    ``gpus_per_node`` (half the gang on each of two nodes, where that is a whole number); a
+    twentieth of the 1-GPU best-effort jobs are fractional shares (250, 500 or 750 thousandths);
+    and running jobs are laid out again by their shape (node by node, most free first), those
+    that no longer fit dropped."""
+    rng = np.random.default_rng([seed, 19])
+    snap = {**snap, "nodes": [dict(n) for n in snap["nodes"]], "jobs": [dict(j) for j in snap["jobs"]]}
+    snap["topology"] = {"levels": ["block", "rack"]}
+    per_type: dict[str, int] = {}
+    for n in snap["nodes"]:
+        k = per_type.get(n["gpu_type"], 0)
+        per_type[n["gpu_type"]] = k + 1
+        rack = k // RACK_NODES
+        n["cpu_milli"] = CPU_PER_GPU_MILLI * n["gpus"]
+        n["memory_mib"] = MEMORY_PER_GPU_MIB * n["gpus"]
+        n["topology"] = {"block": f"{n['gpu_type'].lower()}-b{rack // BLOCK_RACKS}", "rack": f"r{rack}"}
+    largest = max(n["gpus"] for n in snap["nodes"])
+    for j in snap["jobs"]:
+        if j.get("guest_of"):
+            continue  # an MPS guest lives in its host's allocation
+        g = j["gpus"]
+        j["cpu_milli"] = int(rng.integers(4, 15)) * 1000 * min(g, largest)
+        j["memory_mib"] = int(rng.integers(32, 161)) * 1024 * min(g, largest)
+        if j["state"] != "pending" or j.get("min_gpus") is not None or j.get("max_gpus") is not None:
+            continue
+        u = rng.random()
+        if g > largest and u < 0.3:
+            level = "rack" if g <= RACK_NODES * largest else "block"
+            j["topology"] = {"level": level, "mode": "required" if u < 0.2 else "preferred"}
+        elif 2 <= g <= largest and g % 2 == 0 and u < 0.1:
+            j["gpus_per_node"] = g // 2
+        elif g == 1 and j["qos"] == "best_effort" and u < 0.05:
+            j["gpu_milli"] = int(rng.choice([250, 500, 750]))
+    _lay_out_running(snap)
+    return snap
+
+
+def _lay_out_running(snap: dict[str, Any]) -> None:
+    """Lay the running jobs out again by their default shape (MPS guests on their hosts'
+    GPUs); a job whose shape no longer fits the nodes, with its guests, is dropped."""
+    nodes = [n for n in snap["nodes"] if n.get("available", True)]
+    free = {n["id"]: list(range(n["gpus"])) for n in nodes}
+    cpu = {n["id"]: n["cpu_milli"] for n in nodes}
+    mem = {n["id"]: n["memory_mib"] for n in nodes}
+    of_type: dict[str, list[str]] = {}
+    for n in nodes:
+        of_type.setdefault(n["gpu_type"], []).append(n["id"])
+    largest = {t: max(n["gpus"] for n in snap["nodes"] if n["gpu_type"] == t) for t in of_type}
+    keep: list[dict[str, Any]] = []
+    placed: dict[str, list[dict[str, Any]]] = {}
+    for j in snap["jobs"]:
+        if j["state"] != "running" or j.get("guest_of"):
+            continue
+        t = next(n["gpu_type"] for n in snap["nodes"] if n["id"] == j["allocation"][0]["node"])
+        g, big = j["gpus"], largest[t]
+        pieces = [g] if g <= big else [big] * (g // big) + ([g % big] if g % big else [])
+        alloc: list[dict[str, Any]] = []
+        used: list[str] = []
+        for piece in pieces:
+            fits = [
+                nid for nid in of_type[t]
+                if nid not in used and len(free[nid]) >= piece
+                and cpu[nid] >= j["cpu_milli"] and mem[nid] >= j["memory_mib"]
+            ]
+            if not fits:
+                break
+            nid = min(fits, key=lambda x: (len(free[x]), x))
+            used.append(nid)
+            alloc += [{"node": nid, "gpu": gpu} for gpu in free[nid][:piece]]
+        if len(alloc) < g:
+            continue
+        for nid in used:
+            take = sum(1 for a in alloc if a["node"] == nid)
+            free[nid] = free[nid][take:]
+            cpu[nid] -= j["cpu_milli"]
+            mem[nid] -= j["memory_mib"]
+        j["allocation"] = alloc
+        placed[j["id"]] = alloc
+        keep.append(j)
+    for j in snap["jobs"]:
+        if j["state"] == "running" and j.get("guest_of"):
+            host = placed.get(j["guest_of"])
+            if host is not None:
+                j["allocation"] = [host[0]]
+                keep.append(j)
+        elif j["state"] == "pending":
+            keep.append(j)
+    snap["jobs"] = keep
 
 
 FLEET_TYPES: dict[str, dict[str, Any]] = {

@@ -205,6 +205,14 @@ def generate(
     elastic: Annotated[
         float, typer.Option(help="Share of jobs made elastic (min_gpus/max_gpus), 0..1.")
     ] = 0.0,
+    shapes: Annotated[
+        bool,
+        typer.Option(
+            "--shapes",
+            help="Node shape in full: node CPUs, memory and a block/rack topology; jobs' per-node "
+            "CPU and memory, gpus_per_node, topology requests and fractional shares.",
+        ),
+    ] = False,
 ) -> None:
     """Generate a valid random snapshot."""
     from optsched.instances import generate as gen
@@ -219,11 +227,11 @@ def generate(
         fail("--gpus", "only --size fleet takes a GPU count")
     if gpus is not None and (gpus < 64 or gpus % 8):
         fail("--gpus", f"a fleet has a multiple of 8 GPUs, at least 64 (got {gpus})")
-    if size == "fleet" and (tree or elastic):
-        fail("--size", "fleet snapshots take neither --tree nor --elastic")
+    if size == "fleet" and (tree or elastic or shapes):
+        fail("--size", "fleet snapshots take neither --tree, --elastic nor --shapes")
     check_out_file(out, "--out")
     indent = 1 if size != "fleet" else None  # a 100,000-GPU fleet is 30 MB on one line
-    snap = gen(size, seed, gpus=gpus, tree=tree, elastic=elastic)  # type: ignore[arg-type]
+    snap = gen(size, seed, gpus=gpus, tree=tree, elastic=elastic, shapes=shapes)  # type: ignore[arg-type]
     emit(json.dumps(snap, indent=indent), out)
 
 

@@ -267,7 +267,7 @@ def decide_event(state: ClusterState, *, allow_loans: bool = True,
         The decision failed :func:`check_decision` (the caller should run the full model).
     """
     t0 = time.perf_counter()
-    placer = NodePool(state)
+    placer = NodePool.of(state)
     use, own = _usage(state)
     signal = _signal(state)
     _, kept = derive_loans(state, use, signal)  # over-quota use no lender covers today

@@ -34,6 +34,7 @@ from collections.abc import Mapping
 from optsched.engine import assurance as asr
 from optsched.engine import elastic
 from optsched.engine.chunks import chunks_of, levels_for
+from optsched.engine.ledger import node_records
 from optsched.engine.node_loss import (
     borrow_limits_after_node_loss,
     lend_limits_after_node_loss,
@@ -136,6 +137,10 @@ def build_problem(
         placement=placement,
         frag_scale=sc.w.fragmentation * min(pend.density.values(), default=0.0),
         shared_gpus=shared,
+        node_records=node_records(state) if any(tp is not None for tp in placement) else (),
+        largest=tuple(state.largest_node[t] for t in sc.types),
+        topology_levels=state.topology_levels,
+        node_count=len(state.snapshot.nodes),
     )
 
 
@@ -287,8 +292,9 @@ def _running_items(sc: _Scope) -> _Running:
                 job.id, k, t, job.gpus, job.on_loan, guest, candidate, cost, lost, slots, host=host_id,
                 static_cost=static_cost, step=step, grow_steps=grow_steps, shrink_steps=shrink_steps,
                 shrink_cost=shrink, shrink_static=shrink_static, overhead_s=job.resize_overhead_s,
-                nodes=tuple(sorted(per_node.items())), cpu_milli=job.cpu_milli or 0,
-                memory_mib=job.memory_mib or 0, share=(job.gpu_milli or 0) if job.is_fractional else 0,
+                nodes=tuple(sorted(per_node.items())), alloc=tuple(job.allocation),
+                cpu_milli=job.cpu_milli or 0, memory_mib=job.memory_mib or 0,
+                share=(job.gpu_milli or 0) if job.is_fractional else 0,
             )
         )
     return _Running(running, forced, evicted, max_cost, own_density)

@@ -28,7 +28,9 @@ fewest, and so leave the least fragmentation, for the chunks taken.
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -50,7 +52,18 @@ def levels_for(largest: int) -> tuple[int, ...]:
     return tuple(out)
 
 
-def chunks_of(free: int, levels: tuple[int, ...]) -> list[int]:
+@functools.lru_cache(maxsize=4096)
+def _chunks(free: int, levels: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(_chunks_list(free, levels))
+
+
+def chunks_of(free: int, levels: tuple[int, ...]) -> tuple[int, ...]:
+    """The maximal chunks of ``free`` GPUs per level: as many top-level chunks as fit, then the
+    binary digits of the rest."""
+    return _chunks(free, levels)
+
+
+def _chunks_list(free: int, levels: tuple[int, ...]) -> list[int]:
     """The maximal chunks of ``free`` GPUs per level: as many top-level chunks as fit, then the
     binary digits of the rest."""
     top = len(levels) - 1
@@ -63,15 +76,20 @@ def chunks_of(free: int, levels: tuple[int, ...]) -> list[int]:
     return out
 
 
-def piece_levels(piece: int, levels: tuple[int, ...]) -> list[int]:
+def piece_levels(piece: int, levels: tuple[int, ...]) -> tuple[int, ...]:
     """The chunks a piece of ``piece`` GPUs takes, per level (its binary digits; a piece larger
     than the top level takes several top chunks)."""
     return chunks_of(piece, levels)
 
 
-def level_counts(shape: Shape, levels: tuple[int, ...]) -> list[int]:
+@functools.lru_cache(maxsize=4096)
+def level_counts(shape: Shape, levels: tuple[int, ...]) -> tuple[int, ...]:
     """Chunks per level one job of ``shape`` takes (a spread job: its GPUs as 1-GPU chunks; a
     share: none, see :class:`ChunkBook`)."""
+    return tuple(_level_counts(shape, levels))
+
+
+def _level_counts(shape: Shape, levels: tuple[int, ...]) -> list[int]:
     out = [0] * len(levels)
     if shape.fractional:
         return out
@@ -84,7 +102,7 @@ def level_counts(shape: Shape, levels: tuple[int, ...]) -> list[int]:
     return out
 
 
-def carry(avail: list[int], demand: list[int]) -> tuple[bool, list[int], list[int]]:
+def carry(avail: Sequence[int], demand: Sequence[int]) -> tuple[bool, list[int], list[int]]:
     """Bottom-up fewest splits: whether ``demand`` chunks fit ``avail`` ones, the splits per level
     (``x[ell]``: level ``ell + 1`` chunks split) and the leftover maximal chunks per level."""
     top = len(avail) - 1
@@ -164,7 +182,7 @@ class _TypeBook:
         self.share_gpus = opened
 
 
-def _fits_domain(avail: list[int], need: list[int]) -> bool:
+def _fits_domain(avail: Sequence[int], need: Sequence[int]) -> bool:
     """A required-topology domain's row: for each level, the chunks its jobs take at that level
     or above (in that level's units) fit the chunks it has at that level or above."""
     have = 0
@@ -213,7 +231,7 @@ class ChunkBook:
             for r in a.preempt:
                 self.preempt(r)
             for r, d in a.resize.items():
-                self.resize(r, d)
+                self.resize(r, 0, d)
             for c, counts in a.starts.items():
                 for (t, _), k in counts.items():
                     for _ in range(k):
@@ -251,7 +269,7 @@ class ChunkBook:
                 row[ell] += sign * k
         return True
 
-    def _undo_counts(self, book: _TypeBook, shape: Shape, need: list[int]) -> None:
+    def _undo_counts(self, book: _TypeBook, shape: Shape, need: Sequence[int]) -> None:
         if shape.fractional:
             book.shares -= shape.milli
             book._reshare()
@@ -260,7 +278,7 @@ class ChunkBook:
         book.cpu -= shape.cpu_milli * max(1, shape.nodes)
         book.mem -= shape.memory_mib * max(1, shape.nodes)
 
-    def _pick_domain(self, book: _TypeBook, need: list[int]) -> tuple[str, ...] | None:
+    def _pick_domain(self, book: _TypeBook, need: Sequence[int]) -> tuple[str, ...] | None:
         """The domain a required-topology start goes to: the one with the fewest free GPUs whose
         row still holds with it."""
         levels = book.tp.levels
@@ -286,21 +304,22 @@ class ChunkBook:
                 book_t.cpu -= sign * run.cpu_milli * n
                 book_t.mem -= sign * run.memory_mib * n
 
-    def resize(self, r: int, d: int, sign: int = 1) -> None:
-        """Resize running elastic item ``r`` by ``d`` steps (``sign`` -1 undoes it): growth takes
-        1-GPU chunks anywhere on its type; a shrink frees GPUs on one of its nodes (counted on
-        each, a relaxation)."""
+    def resize(self, r: int, old: int, new: int) -> None:
+        """Running elastic item ``r`` goes from ``old`` to ``new`` steps of size change: growth
+        takes 1-GPU chunks anywhere on its type; a shrink frees GPUs on one of its nodes
+        (counted on each, a relaxation)."""
         run = self.p.running[r]
         book = self.books.get(run.type)
         if book is None:
             return
-        if d > 0:
-            book.demand[0] += sign * d * run.step
+        book.demand[0] += (max(0, new) - max(0, old)) * run.step
+        s_old, s_new = max(0, -old) * run.step, max(0, -new) * run.step
+        if s_old == s_new:
             return
         for t, node, g in self.on_node.get(r, ()):
             if t == run.type:
                 b = self.books[t]
-                b.set_free(node, b.free[node] + sign * min(g, -d * run.step))
+                b.set_free(node, b.free[node] + min(g, s_new) - min(g, s_old))
 
     # ---------------------------------------------------------------- reading
     def opened(self, t: int) -> int:

@@ -26,7 +26,7 @@ from collections import defaultdict
 from optsched.engine import assurance as asr
 from optsched.engine.check import over_quota_note
 from optsched.engine.explain import Kind, explain, explain_held_back, queue_kind
-from optsched.engine.ledger import NodePool, derive_loans, kept_over_quota
+from optsched.engine.ledger import NodePool, derive_loans, kept_over_quota, shrink_keeps
 from optsched.engine.problem import Assignment, EpochProblem
 from optsched.engine.state import ClusterState, GpuKey
 from optsched.predict.base import Predictions
@@ -70,7 +70,7 @@ def to_decision(
     preempt = _preemptions(state, problem, assignment)
     stopped = {x.job for x in preempt}
     kept_alloc, released = _shrinks(state, problem, assignment)
-    placer = NodePool(state, stopped, frozenset(released), kept_alloc)
+    placer = NodePool.of(state, stopped, frozenset(released), kept_alloc)
     starts, failed = _place_starts(problem, assignment, placer)
     if failed:
         raise Unplaced(failed)
@@ -145,11 +145,8 @@ def _shrinks(
         alloc = state.job(run.job).allocation
         assert alloc is not None and r not in assignment.preempt
         if d < 0:
-            per_node: dict[str, int] = defaultdict(int)
-            for ref in alloc:
-                per_node[ref.node] += 1
-            keep = sorted(alloc, key=lambda x: (-per_node[x.node], x.node, x.gpu))[: run.gpus + d * run.step]
-            kept_alloc[run.job] = sorted(keep, key=lambda x: (x.node, x.gpu))
+            keep = shrink_keeps(alloc, run.gpus + d * run.step)
+            kept_alloc[run.job] = keep
             released.update(ref.key() for ref in alloc if ref not in keep)
     return kept_alloc, released
 
@@ -172,20 +169,30 @@ def _place_starts(
     order; then every start is placed by ``placer``, which takes the GPUs it gives: required
     topology first, then the largest piece, the largest job and the job id first (largest
     first is what makes the chunk rows exact, :mod:`optsched.engine.chunks`)."""
-    plan: list[tuple[int, int, int, str, int, int, bool]] = []
+    plan: list[tuple[int, int, int, str, int, int, bool, list[GpuRef] | None]] = []
     for c in sorted(assignment.starts):
         cls = p.pending[c]
         k = 0
+        given: dict[int, list[list[GpuRef] | None]] = {}
         for (ti, loan), n in sorted(assignment.starts[c].items()):
             sh = cls.shape_on(ti)
             first = 0 if sh.level >= 0 and sh.required and sh.nodes > 1 else 1
+            stack = given.setdefault(ti, list(assignment.placements.get((c, ti), [])))
             for jid in cls.jobs[k : k + n]:
-                plan.append((first, -sh.largest, -cls.gpus, jid, c, ti, loan))
+                refs = stack.pop(0) if stack else None
+                plan.append((0 if refs is not None else 1, first, -sh.largest, jid, c, ti, loan, refs))
             k += n
     starts: list[Start] = []
     failed: list[tuple[int, int, bool]] = []
-    for _, _, _, jid, c, ti, loan in sorted(plan):
-        alloc = placer.place(p.types[ti], p.pending[c].shape_on(ti))
+    # the placement step's GPUs first (:func:`~optsched.engine.backends.greedy.place_plan`),
+    # then, where a type needs no node rows, the placer's
+    for _, _, _, jid, c, ti, loan, refs in sorted(plan, key=lambda x: x[:4]):
+        shape = p.pending[c].shape_on(ti)
+        if refs is not None:
+            placer.take(refs, shape)
+            alloc: list[GpuRef] | None = refs
+        else:
+            alloc = placer.place(p.types[ti], shape)
         if alloc is None:
             failed.append((c, ti, loan))
             continue

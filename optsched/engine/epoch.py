@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("optsched")
 
 STATUS_RANK = {"optimal": 0, "feasible": 1, "fallback": 2}
-MAX_DECODE_ROUNDS = 6
+MAX_DECODE_ROUNDS = 12
 """Decoding rounds of one plan: a start the free nodes cannot hold leaves the plan (and the
 fill pass runs again) before the next."""
 BOUND_TOL = 1e-6
@@ -513,7 +513,7 @@ def _checked_decision(
     _Rejected
         When the decision fails the checker.
     """
-    from optsched.engine.backends.greedy import unplace
+    from optsched.engine.backends.greedy import place_plan, unplace
     from optsched.engine.check import check_decision
     from optsched.engine.decode import Unplaced, to_decision
     from optsched.engine.lookahead import annotate
@@ -543,6 +543,11 @@ def _checked_decision(
             stage_seconds={},
             notes=notes,
         )
+        failed = place_plan(problem, a)
+        if failed:
+            unplaced += len(failed)
+            added += unplace(problem, a, failed)
+            continue
         try:
             d = to_decision(ep.state, problem, a, ep.predictions, ep.signal, info, status)
             break

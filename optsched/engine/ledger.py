@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from optsched.engine import assurance as asr
 from optsched.engine.chunks import levels_for
@@ -21,7 +22,7 @@ from optsched.schema.decision import KeptOverQuota, Loan
 from optsched.schema.limits import MILLI_PER_GPU
 from optsched.schema.snapshot import GpuRef
 
-__all__ = ["NodePool", "derive_loans", "free_gpus", "kept_over_quota"]
+__all__ = ["NodePool", "NodeRecord", "derive_loans", "free_gpus", "kept_over_quota", "node_records"]
 
 
 def free_gpus(
@@ -54,22 +55,99 @@ def _frag_table(largest: int) -> list[list[int]]:
     return [[frag(f - p) - frag(f) if p <= f else 0 for p in range(largest + 1)] for f in range(largest + 1)]
 
 
+@dataclass(frozen=True)
+class NodeRecord:
+    """One available node as a placement starts from it: its free GPU indices, the free
+    thousandths of its GPUs that hold shares, its free CPUs and memory (None: not tracked) and
+    its domain at each topology level."""
+
+    index: int
+    """Its index in the snapshot's ``nodes``."""
+    id: str
+    type: str
+    gpus: int
+    free: tuple[int, ...]
+    shares: tuple[tuple[int, int], ...]
+    cpu: int | None
+    mem: int | None
+    domains: tuple[tuple[str, ...], ...]
+
+
+def node_records(
+    state: ClusterState,
+    stopped: frozenset[str] | set[str] = frozenset(),
+    released: frozenset[GpuKey] = frozenset(),
+    kept: Mapping[str, list[GpuRef]] | None = None,
+) -> tuple[NodeRecord, ...]:
+    """The available nodes as the snapshot's running jobs leave them, less ``stopped`` jobs and
+    the ``released`` GPUs of shrinking jobs (which then hold ``kept``)."""
+    snap = state.snapshot
+    levels = state.topology_levels
+    pool = state.pool_gpus
+    kept = kept or {}
+    used_milli: dict[GpuKey, int] = defaultdict(int)
+    held: set[GpuKey] = set()
+    cpu_used: dict[str, int] = defaultdict(int)
+    mem_used: dict[str, int] = defaultdict(int)
+    for job in state.running():
+        if job.id in stopped:
+            continue
+        alloc = kept.get(job.id, job.allocation or [])
+        for ref in alloc:
+            key = (ref.node, ref.gpu)
+            if key in released:
+                continue
+            held.add(key)
+            if job.is_fractional:
+                used_milli[key] += job.gpu_milli or 0
+        if job.cpu_milli or job.memory_mib:
+            for nid in {ref.node for ref in alloc}:
+                cpu_used[nid] += job.cpu_milli or 0
+                mem_used[nid] += job.memory_mib or 0
+    out: list[NodeRecord] = []
+    for i, n in enumerate(snap.nodes):
+        if not n.available:
+            continue
+        free: list[int] = []
+        shares: list[tuple[int, int]] = []
+        for g in range(n.gpus):
+            key = (n.id, g)
+            if key in pool:
+                continue
+            if key in used_milli:
+                shares.append((g, MILLI_PER_GPU - used_milli[key]))
+            elif key not in held:
+                free.append(g)
+        domains: tuple[tuple[str, ...], ...] = ()
+        if levels and n.topology:
+            domains = tuple(tuple(n.topology[name] for name in levels[: k + 1]) for k in range(len(levels)))
+        out.append(
+            NodeRecord(
+                i, n.id, n.gpu_type, n.gpus, tuple(free), tuple(shares),
+                None if n.cpu_milli is None else n.cpu_milli - cpu_used.get(n.id, 0),
+                None if n.memory_mib is None else n.memory_mib - mem_used.get(n.id, 0),
+                domains,
+            )
+        )
+    return tuple(out)
+
+
 class _Node:
     __slots__ = ("cpu", "domains", "free", "gpus", "id", "index", "mem", "shares", "type")
 
-    def __init__(self, index: int, node_id: str, gpu_type: str, gpus: int) -> None:
-        self.index = index
-        self.id = node_id
-        self.type = gpu_type
-        self.gpus = gpus
-        self.free: list[int] = []
+    def __init__(self, rec: NodeRecord) -> None:
+        self.index = rec.index
+        self.id = rec.id
+        self.type = rec.type
+        self.gpus = rec.gpus
+        self.free: list[int] = list(rec.free)
         """Fully free GPU indices, ascending."""
-        self.shares: dict[int, int] = {}
+        self.shares: dict[int, int] = dict(rec.shares)
         """GPU index -> thousandths still free on a GPU that holds shares."""
-        self.cpu: int | None = None
+        self.cpu: int | None = rec.cpu
         """Free milli-CPUs (None: not tracked)."""
-        self.mem: int | None = None
-        self.domains: tuple[tuple[str, ...], ...] = ()
+        self.mem: int | None = rec.mem
+        self.domains: tuple[tuple[str, ...], ...] = rec.domains
         """Per topology level: the node's domain (its path)."""
 
     def hosts(self, shape: Shape) -> bool:
@@ -81,7 +159,8 @@ class _Node:
 
 class NodePool:
     """Free GPUs, shares, CPU and host memory per available node, and the one placement rule
-    (decoding, the event path, the partition merge and the simulator's baselines place here).
+    (the plans' placement step, the event path, the partition merge and the simulator's
+    baselines place here).
 
     Whole-GPU pieces go to the node whose free chunks the piece breaks least (:func:`_frag_table`,
     the buddy rule: a 2-GPU piece takes a node with 6 free, leaving 4, before one with 5,
@@ -94,71 +173,51 @@ class NodePool:
     placement looks at a few buckets, not at every node.
     """
 
-    def __init__(self, state: ClusterState, stopped: frozenset[str] | set[str] = frozenset(),
-                 released: frozenset[GpuKey] = frozenset(),
-                 kept: Mapping[str, list[GpuRef]] | None = None) -> None:
-        """The cluster as the snapshot's running jobs leave it, less ``stopped`` jobs and the
-        ``released`` GPUs of shrinking jobs (which then hold ``kept``)."""
-        snap = state.snapshot
-        self.state = state
-        self.nodes: list[_Node | None] = [None] * len(snap.nodes)
+    def __init__(
+        self,
+        records: Sequence[NodeRecord],
+        largest: Mapping[str, int],
+        levels: tuple[str, ...] = (),
+        node_count: int | None = None,
+    ) -> None:
+        """A pool over ``records`` (``largest``: the largest node of each GPU type, what the
+        buddy rule's chunk sizes are measured against; ``levels``: the topology's)."""
+        self.nodes: list[_Node | None] = [None] * (
+            node_count if node_count is not None else 1 + max((r.index for r in records), default=-1)
+        )
         self.by_id: dict[str, _Node] = {}
-        self.levels = state.topology_levels
-        pool = state.pool_gpus
-        kept = kept or {}
-        used_milli: dict[GpuKey, int] = defaultdict(int)
-        held: set[GpuKey] = set()
-        cpu_used: dict[str, int] = defaultdict(int)
-        mem_used: dict[str, int] = defaultdict(int)
-        for job in state.running():
-            if job.id in stopped:
-                continue
-            alloc = kept.get(job.id, job.allocation or [])
-            for ref in alloc:
-                key = (ref.node, ref.gpu)
-                if key in released:
-                    continue
-                held.add(key)
-                if job.is_fractional:
-                    used_milli[key] += job.gpu_milli or 0
-            if job.cpu_milli or job.memory_mib:
-                for nid in {ref.node for ref in alloc}:
-                    cpu_used[nid] += job.cpu_milli or 0
-                    mem_used[nid] += job.memory_mib or 0
-        for i, n in enumerate(snap.nodes):
-            if not n.available:
-                continue
-            node = _Node(i, n.id, n.gpu_type, n.gpus)
-            for g in range(n.gpus):
-                key = (n.id, g)
-                if key in pool:
-                    continue
-                if key in used_milli:
-                    node.shares[g] = MILLI_PER_GPU - used_milli[key]
-                elif key not in held:
-                    node.free.append(g)
-            if n.cpu_milli is not None:
-                node.cpu = n.cpu_milli - cpu_used.get(n.id, 0)
-            if n.memory_mib is not None:
-                node.mem = n.memory_mib - mem_used.get(n.id, 0)
-            if self.levels and n.topology:
-                node.domains = tuple(
-                    tuple(n.topology[name] for name in self.levels[: k + 1]) for k in range(len(self.levels))
-                )
-            self.nodes[i] = node
-            self.by_id[n.id] = node
-        self.buckets: dict[str, dict[int, list[int]]] = {t: defaultdict(list) for t in state.type_names}
-        self.total: dict[str, int] = dict.fromkeys(state.type_names, 0)
-        self.partial: dict[str, list[tuple[int, int, int]]] = {t: [] for t in state.type_names}
+        self.levels = levels
+        types = list(largest)
+        for rec in records:
+            node = _Node(rec)
+            self.nodes[rec.index] = node
+            self.by_id[rec.id] = node
+        self.buckets: dict[str, dict[int, list[int]]] = {t: defaultdict(list) for t in types}
+        self.total: dict[str, int] = dict.fromkeys(types, 0)
+        self.partial: dict[str, list[tuple[int, int, int]]] = {t: [] for t in types}
         for node in self.by_id.values():
             self.buckets[node.type][len(node.free)].append(node.index)
             self.total[node.type] += len(node.free)
             for g, free in node.shares.items():
                 if free > 0:
                     self.partial[node.type].append((free, node.index, g))
-        for t in state.type_names:
+        for t in types:
             self.partial[t].sort()
-        self.frag = {t: _frag_table(n) for t, n in state.largest_node.items()}
+        self.frag = {t: _frag_table(n) for t, n in largest.items()}
+
+    @classmethod
+    def of(
+        cls,
+        state: ClusterState,
+        stopped: frozenset[str] | set[str] = frozenset(),
+        released: frozenset[GpuKey] = frozenset(),
+        kept: Mapping[str, list[GpuRef]] | None = None,
+    ) -> NodePool:
+        """The pool of ``state`` (see :func:`node_records`)."""
+        return cls(
+            node_records(state, stopped, released, kept), state.largest_node, state.topology_levels,
+            len(state.snapshot.nodes),
+        )
 
     # ---------------------------------------------------------------- bookkeeping
     def _move(self, node: _Node, before: int) -> None:
@@ -180,6 +239,10 @@ class NodePool:
             node.cpu -= sign * shape.cpu_milli
         if node.mem is not None:
             node.mem -= sign * shape.memory_mib
+
+    def all_free(self, refs: Sequence[GpuRef]) -> bool:
+        """Whether every GPU of ``refs`` is fully free (so :meth:`take` may take them)."""
+        return all(ref.gpu in self.by_id[ref.node].free for ref in refs)
 
     def take(self, refs: Sequence[GpuRef], shape: Shape | None = None) -> None:
         """Mark the GPUs of a placement made elsewhere as used (and, with its ``shape``, the CPU
@@ -387,6 +450,16 @@ class NodePool:
         if got is None:
             raise AssertionError(f"placement of {gpus} GPUs failed: capacity row violated")
         return got
+
+
+def shrink_keeps(alloc: Sequence[GpuRef], size: int) -> list[GpuRef]:
+    """The GPUs a job on ``alloc`` keeps when it shrinks to ``size``: those on the nodes where it
+    holds most (then node id, then GPU index), sorted by node and GPU."""
+    per_node: dict[str, int] = defaultdict(int)
+    for ref in alloc:
+        per_node[ref.node] += 1
+    keep = sorted(alloc, key=lambda x: (-per_node[x.node], x.node, x.gpu))[:size]
+    return sorted(keep, key=lambda x: (x.node, x.gpu))
 
 
 def kept_over_quota(uncovered: Mapping[tuple[str, str], int]) -> list[KeptOverQuota]:

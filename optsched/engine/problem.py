@@ -15,10 +15,15 @@ concrete GPUs by the one placement rule (:class:`~optsched.engine.ledger.NodePoo
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from optsched.engine.objective import DEFAULT_WEIGHTS, ObjectiveWeights
 from optsched.engine.quota_tree import EMPTY, QuotaTree
 from optsched.engine.shape import Shape
+
+if TYPE_CHECKING:
+    from optsched.engine.ledger import NodeRecord
+    from optsched.schema.snapshot import GpuRef
 
 
 @dataclass(frozen=True)
@@ -117,6 +122,8 @@ class RunningItem:
     """Seconds of progress one resize costs (the job's ``resize_overhead_s``)."""
     nodes: tuple[tuple[int, int], ...] = ()
     """(node index in the snapshot, GPUs it holds there) for each node of its allocation."""
+    alloc: tuple[GpuRef, ...] = ()
+    """Its GPUs (what a stop frees in the plans' placement step)."""
     cpu_milli: int = 0
     """CPUs it holds on each of its nodes (thousandths)."""
     memory_mib: int = 0
@@ -259,6 +266,14 @@ class EpochProblem:
     """Objective cost of one fragmented GPU (the chunks' ``frag`` weights are in GPUs)."""
     shared_gpus: tuple[int, ...] = ()
     """Per type: GPUs held by running fractional jobs only, each counted once (capacity)."""
+    node_records: tuple[NodeRecord, ...] = ()
+    """The available nodes as the snapshot's running jobs leave them: where the plans' starts are
+    placed (:func:`optsched.engine.backends.greedy.place_plan`); empty when no type needs it."""
+    largest: tuple[int, ...] = ()
+    """Per type: GPUs of its largest node (the chunk sizes of the placement rule)."""
+    topology_levels: tuple[str, ...] = ()
+    node_count: int = 0
+    """Nodes in the snapshot (the node records' indices are below it)."""
 
     def placement_of(self, t: int) -> TypePlacement | None:
         return self.placement[t] if t < len(self.placement) else None
@@ -310,8 +325,12 @@ class Assignment:
     resize: dict[int, int] = field(default_factory=dict)
     """running index of an elastic job -> its signed size change in steps (never 0)."""
     blocked: dict[tuple[int, int], int] = field(default_factory=dict)
-    """(class, type) -> the most members the fill pass may start there: decoding found the free
-    nodes could not hold one more (see :class:`~optsched.engine.decode.Unplaced`)."""
+    """(class, type) -> the most members the fill pass may start there: the placement step found
+    the free nodes could not hold one more (:func:`~optsched.engine.backends.greedy.place_plan`)."""
+    placements: dict[tuple[int, int], list[list[GpuRef] | None]] = field(default_factory=dict)
+    """(class, type) -> the GPUs of each member started there, in start order (the members of a
+    class share a shape, so decoding hands them out in value order); a start without one is
+    placed by the placement step."""
 
     def size(self, problem: EpochProblem, r: int) -> int:
         """GPUs running job ``r`` holds after the assignment (0 when preempted)."""

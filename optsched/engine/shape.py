@@ -120,13 +120,21 @@ def shape_of(state: ClusterState, job: Job, gpu_type: str, gpus: int | None = No
 def never_fits(state: ClusterState, shape: Shape, gpu_type: str) -> str | None:
     """The resource no available node of ``gpu_type`` could ever give the job, however empty
     the cluster (a reason of :data:`NEVER_REASONS`), or ``None`` when an empty cluster would
-    hold it."""
-    nodes = [n for n in state.snapshot.nodes if n.available and n.gpu_type == gpu_type]
+    hold it (computed once per shape and type of a state)."""
+    cache = state.shape_cache
+    key = (shape.key, shape.gpus, gpu_type)
+    if key not in cache:
+        cache[key] = _never_fits(state, shape, gpu_type)
+    return cache[key]
+
+
+def _never_fits(state: ClusterState, shape: Shape, gpu_type: str) -> str | None:
+    nodes = state.available_nodes.get(gpu_type, [])
     if not nodes:
         return None  # the type has no capacity: type_unavailable, decided elsewhere
     if not shape.spread:
         # the k-th largest piece needs k nodes at least that large
-        sizes = sorted((n.gpus for n in nodes), reverse=True)
+        sizes = state.node_sizes[gpu_type]
         if len(sizes) < shape.nodes or any(sizes[k] < p for k, p in enumerate(shape.pieces)):
             return "gpus_per_node"
         big = [n for n in nodes if n.gpus >= shape.pieces[-1]]

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from optsched.engine.quota_tree import EMPTY, QuotaTree, build_tree
 from optsched.errors import SnapshotError, validation_error
 from optsched.errors import error_path as _error_path
-from optsched.schema.snapshot import Job, Snapshot
+from optsched.schema.snapshot import Job, Node, Snapshot
 
 GpuKey = tuple[str, int]
 MEMORY_EPS = 1e-9
@@ -70,6 +70,8 @@ class ClusterState:
     gpu_shares: dict[GpuKey, int] = field(default_factory=dict)
     """GPUs held by fractional running jobs only -> the thousandths of the GPU they take
     together (at most 1000); such a GPU is in ``gpu_holders`` too, with every job on it."""
+    shape_cache: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
+    """Results of :func:`optsched.engine.shape.never_fits` for this state, by shape and type."""
 
     # ---------------------------------------------------------------- construction
     @classmethod
@@ -367,6 +369,20 @@ class ClusterState:
         for n in self.snapshot.nodes:
             out[n.gpu_type] = max(out[n.gpu_type], n.gpus)
         return out
+
+    @functools.cached_property
+    def available_nodes(self) -> dict[str, list[Node]]:
+        """Per GPU type: its available nodes, in snapshot order."""
+        out: dict[str, list[Node]] = {t: [] for t in self.type_names}
+        for n in self.snapshot.nodes:
+            if n.available:
+                out[n.gpu_type].append(n)
+        return out
+
+    @functools.cached_property
+    def node_sizes(self) -> dict[str, list[int]]:
+        """Per GPU type: the GPU counts of its available nodes, largest first."""
+        return {t: sorted((n.gpus for n in ns), reverse=True) for t, ns in self.available_nodes.items()}
 
     def domain(self, node_id: str, level: int) -> tuple[str, ...]:
         """The node's domain at topology level ``level`` (an index of ``topology_levels``): the

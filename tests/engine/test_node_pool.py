@@ -99,7 +99,7 @@ def test_non_power_of_two_pieces_never_fit_where_the_rows_refuse(seed: int) -> N
 def test_placer_takes_each_piece_on_its_own_node(seed: int) -> None:
     rng = random.Random(seed)
     state = _state(rng, rng.randint(2, 8))
-    pool = NodePool(state)
+    pool = NodePool.of(state)
     free = {n.id: len(n.free) for n in pool.by_id.values()}
     for _ in range(6):
         pieces = tuple(sorted((rng.choice([1, 2, 4, 8]) for _ in range(rng.randint(1, 3))), reverse=True))
@@ -128,7 +128,7 @@ def test_single_piece_follows_the_buddy_rule() -> None:
         running("x", "a", [("n5", g) for g in range(3)], start_s=1.0),
         running("y", "a", [("n6", g) for g in range(2)], start_s=1.0),
     ]
-    pool = NodePool(load_state(s))
+    pool = NodePool.of(load_state(s))
     got = pool.place("A100", Shape(2, (2,)))
     assert got is not None and {r.node for r in got} == {"n6"}
     got = pool.place("A100", Shape(1, (1,)))  # now n5 has 5 (4 + 1), n6 has 4: the 1-chunk of n5
@@ -139,7 +139,7 @@ def test_cpu_and_memory_keep_pieces_off_a_node() -> None:
     s = cluster(nodes={"n0": ("A100", 8), "n1": ("A100", 8)}, tenants={"a": {"A100": 16}})
     s["nodes"][0].update(cpu_milli=4000, memory_mib=1000)
     s["nodes"][1].update(cpu_milli=64000, memory_mib=1000)
-    pool = NodePool(load_state(s))
+    pool = NodePool.of(load_state(s))
     got = pool.place("A100", Shape(4, (4,), cpu_milli=8000))
     assert got is not None and {r.node for r in got} == {"n1"}
     assert pool.place("A100", Shape(4, (4,), cpu_milli=1000, memory_mib=2000)) is None
@@ -153,7 +153,7 @@ def test_required_topology_stays_in_one_domain() -> None:
     for k, n in enumerate(s["nodes"]):
         n["topology"] = {"rack": f"r{k % 2}"}  # n0, n2 in r0; n1, n3 in r1
     s["jobs"] = [running("x", "a", [("n2", 0)], start_s=1.0)]  # r0 has one whole node left
-    pool = NodePool(load_state(s))
+    pool = NodePool.of(load_state(s))
     got = pool.place("A100", Shape(16, (8, 8), level=0, required=True))
     assert got is not None and {r.node for r in got} == {"n1", "n3"}
     assert pool.place("A100", Shape(16, (8, 8), level=0, required=True)) is None
@@ -164,7 +164,7 @@ def test_required_topology_stays_in_one_domain() -> None:
 def test_shares_pack_tightest_gpu_first_and_release() -> None:
     s = cluster(nodes={"n0": ("A100", 2)}, tenants={"a": {"A100": 2}})
     s["jobs"] = [{**running("x", "a", [("n0", 0)], start_s=1.0), "gpu_milli": 700}]
-    pool = NodePool(load_state(s))
+    pool = NodePool.of(load_state(s))
     half = Shape(1, (1,), milli=300)
     got = pool.place("A100", half)
     assert got is not None and got[0].gpu == 0  # the 300 left on GPU 0 fits it exactly
@@ -179,11 +179,11 @@ def test_spread_takes_one_node_when_one_holds_it() -> None:
     rng = random.Random(3)
     for _ in range(20):
         state = _state(rng, 5)
-        pool = NodePool(state)
+        pool = NodePool.of(state)
         biggest = max(len(n.free) for n in pool.by_id.values())
         total = sum(len(n.free) for n in pool.by_id.values())
         for g in itertools.islice(itertools.count(1), 12):
-            got = NodePool(state).place("A100", Shape(g, ()))
+            got = NodePool.of(state).place("A100", Shape(g, ()))
             if g > total:
                 assert got is None
             else:

@@ -21,13 +21,17 @@ import heapq
 import itertools
 import math
 import time
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, ClassVar
 
 from optsched.engine.backends.base import SolveParams, SolveResult, SolveStatus
 from optsched.engine.chunks import ChunkBook
 from optsched.engine.formulation import PAY_SCALE
-from optsched.engine.problem import Assignment, EpochProblem
+from optsched.engine.ledger import NodePool, shrink_keeps
+from optsched.engine.problem import Assignment, EpochProblem, RunningItem
+from optsched.engine.shape import Shape
+from optsched.schema.snapshot import GpuRef
 
 if TYPE_CHECKING:
     from optsched.engine.formulation import LinearModel
@@ -42,6 +46,20 @@ class _Tally:
         self.chunks = ChunkBook(p)
         self.blocked: dict[tuple[int, int], int] = dict(a.blocked) if a is not None else {}
         self.on_type: dict[tuple[int, int], int] = {}
+        self.nodes: NodePool | None = (
+            NodePool(
+                p.node_records, dict(zip(p.types, p.largest, strict=True)), p.topology_levels, p.node_count
+            )
+            if p.node_records
+            else None
+        )
+        """The nodes' free GPUs as the plan leaves them (:func:`place_plan`)."""
+        self.placed: dict[tuple[int, int], list[list[GpuRef] | None]] = {}
+        """(class, type) -> each start's GPUs, in start order; None for a start on a type whose
+        chunk rows are exact, placed at the end by :func:`place_plan`."""
+        self.delta: dict[int, int] = {}
+        """Running elastic item -> its size change in steps so far."""
+        self.grown: dict[int, list[GpuRef]] = {}
         self.free = [p.capacity[t] - u for t, u in enumerate(p.used())]
         self.use = p.held(own_only=False)
         self.own = p.held(own_only=True)
@@ -78,11 +96,18 @@ class _Tally:
             for r in a.preempt:
                 _preempt(self, p, r)
             for r, d in a.resize.items():
-                _resize(self, p, r, d)
+                if d < 0:
+                    _resize(self, p, r, d)
             for c, counts in a.starts.items():
-                for (t, loan), k in counts.items():
-                    for _ in range(k):
-                        _start(self, p, c, t, not loan)
+                for (t, loan), k in sorted(counts.items()):
+                    done = len(self.placed.get((c, t), ()))
+                    given = a.placements.get((c, t), [])
+                    for n in range(k):
+                        refs = given[done + n] if done + n < len(given) else None
+                        _start(self, p, c, t, not loan, refs=refs, defer=refs is None)
+            for r, d in a.resize.items():
+                if d > 0:
+                    _resize(self, p, r, d)
 
     def _share(self, i: int, t: int) -> int:
         """Tenant ``i``'s part of the pool on type ``t``: lendable idle quota, or minus its
@@ -156,15 +181,49 @@ class _Tally:
     def feasible(self, i: int, t: int) -> bool:
         return self.free[t] >= 0 and self.pool(t) >= 0 and self.borrow_ok(i, t)
 
+    def can_keep(self, r: int) -> bool:
+        """Whether stopped running item ``r`` may keep running again: its GPUs are still free."""
+        run = self.p.running[r]
+        return self.nodes is None or run.guest or not run.alloc or self.nodes.all_free(run.alloc)
 
-def _start(ledger: _Tally, p: EpochProblem, c: int, t: int, own: bool, sign: int = 1) -> bool:
-    """One member of class ``c`` on ``t`` in (``sign`` 1) or out (-1) of the ledger and its
-    chunks; ``False`` (nothing changed) when its required topology finds no domain."""
+
+def _start(
+    ledger: _Tally,
+    p: EpochProblem,
+    c: int,
+    t: int,
+    own: bool,
+    sign: int = 1,
+    refs: list[GpuRef] | None = None,
+    defer: bool = False,
+) -> bool:
+    """One member of class ``c`` on ``t`` in (``sign`` 1) or out (-1) of the ledger, its chunks
+    and its nodes; ``False`` (nothing changed) when its required topology finds no domain or,
+    on a type whose chunk rows are a relaxation, the free nodes do not hold its shape. On a type
+    whose rows are exact the start is placed later (:func:`place_plan`), as it is with
+    ``defer``; ``refs``: its GPUs, already decided."""
     cls = p.pending[c]
+    shape = cls.shape_on(t)
     opened = ledger.chunks.opened(t)
     if not ledger.chunks.start(c, t, sign):
         return False
-    cap = ledger.chunks.opened(t) - opened if cls.shape_on(t).fractional else None
+    pool, tp = ledger.nodes, p.placement_of(t)
+    if pool is not None and tp is not None:
+        stack = ledger.placed.setdefault((c, t), [])
+        if sign > 0:
+            if refs is not None:
+                pool.take(refs, shape)
+            elif not tp.exact and not defer:
+                refs = pool.place(p.types[t], shape)
+                if refs is None:
+                    ledger.chunks.start(c, t, -1)
+                    return False
+            stack.append(refs)
+        else:
+            got = stack.pop()
+            if got is not None:
+                pool.release(got, shape)
+    cap = ledger.chunks.opened(t) - opened if shape.fractional else None
     ledger.apply(cls.tenant, t, cls.gpus, own, sign=sign, cap=None if cap is None else sign * cap)
     ledger.on_type[(c, t)] = ledger.on_type.get((c, t), 0) + sign
     return True
@@ -191,25 +250,63 @@ def _try_start(ledger: _Tally, p: EpochProblem, c: int, own_only: bool = False) 
     return None
 
 
+def _held(run: RunningItem) -> Shape:
+    """What a running job holds on each of its nodes besides GPUs (its CPUs and memory)."""
+    return Shape(run.gpus, (), run.cpu_milli, run.memory_mib)
+
+
 def _preempt(ledger: _Tally, p: EpochProblem, r: int, sign: int = 1) -> None:
+    """Stop (``sign`` 1) or keep again (-1) running item ``r``; keeping it again needs its GPUs
+    free (:meth:`_Tally.can_keep`)."""
     run = p.running[r]
     if not run.guest:
         ledger.apply(run.tenant, run.type, run.gpus, not run.on_loan, sign=-sign)
         ledger.started[run.type] += sign * run.gpus  # undo: a preemption is not a start
         ledger.freed[run.type] += sign * run.gpus
         ledger.chunks.preempt(r, sign)
+        if ledger.nodes is not None and run.alloc:
+            if sign > 0:
+                ledger.nodes.release(list(run.alloc), _held(run))
+            else:
+                ledger.nodes.take(run.alloc, _held(run))
 
 
 def _resize(ledger: _Tally, p: EpochProblem, r: int, d: int) -> None:
-    """Resize elastic job ``r`` by ``d`` steps in the ledger (growth is no start, a shrink
-    frees GPUs as a preemption does)."""
+    """Resize elastic job ``r`` by ``d`` more steps in the ledger (growth is no start, a shrink
+    frees GPUs as a preemption does; a negative ``d`` after growth takes growth back)."""
     run = p.running[r]
     g = d * run.step
     ledger.apply(run.tenant, run.type, g, not run.on_loan)
     ledger.started[run.type] -= g
-    if d < 0:
-        ledger.freed[run.type] -= g
-    ledger.chunks.resize(r, d)
+    old = ledger.delta.get(r, 0)
+    new = old + d
+    ledger.delta[r] = new
+    if new < 0 or old < 0:
+        ledger.freed[run.type] += (max(0, -new) - max(0, -old)) * run.step
+    ledger.chunks.resize(r, old, new)
+    pool = ledger.nodes
+    if pool is None or not run.alloc:
+        return
+    tname = p.types[run.type]
+    # shrinking: the GPUs it gives up are those off the nodes where it holds most
+    before = shrink_keeps(run.alloc, run.gpus + min(0, old) * run.step) if old < 0 else list(run.alloc)
+    after = shrink_keeps(run.alloc, run.gpus + min(0, new) * run.step) if new < 0 else list(run.alloc)
+    if len(after) < len(before):
+        pool.release([x for x in before if x not in after])
+    elif len(after) > len(before):
+        pool.take([x for x in after if x not in before])
+    # growing: free GPUs on its own nodes first, then anywhere
+    grown = ledger.grown.setdefault(r, [])
+    want = max(0, new) * run.step
+    while len(grown) > want:
+        pool.release([grown.pop()])
+    if len(grown) < want:
+        extra: list[GpuRef] = []
+        for nid in dict.fromkeys(ref.node for ref in run.alloc):
+            extra += pool.take_on(tname, nid, want - len(grown) - len(extra))
+        if len(grown) + len(extra) < want:
+            extra += pool.take_any(tname, want - len(grown) - len(extra))
+        grown += extra
 
 
 def _started_groups(p: EpochProblem, a: Assignment) -> set[str]:
@@ -291,10 +388,50 @@ def greedy_assignment(p: EpochProblem) -> Assignment:
     _repair(ledger, p, a)
     _run(p, a, ledger, reclaim=True)
     _priority(p, a, ledger)
+    _sync(ledger, a)
     _drop_unused_preemptions(p, a)
     _grow(p, a)
     return a
 
+
+def _sync(ledger: _Tally, a: Assignment) -> None:
+    """The placements of ``a``'s starts as the ledger made them (None: placed later)."""
+    a.placements = {k: list(v) for k, v in ledger.placed.items() if v}
+
+
+def place_plan(p: EpochProblem, a: Assignment) -> list[tuple[int, int, bool]]:
+    """Place every start of ``a`` that has no GPUs yet on the nodes the plan leaves free (its
+    stops and shrinks done, the placed starts on theirs), required topology first, then the
+    largest piece and the largest job (largest first is what makes the exact chunk rows hold,
+    :mod:`optsched.engine.chunks`), into ``a.placements``; the (class, type, on_loan) of each
+    start the free nodes do not hold (left without GPUs)."""
+    if not p.node_records:
+        return []
+    ledger = _Tally(p, a)
+    pool = ledger.nodes
+    assert pool is not None
+    todo: list[tuple[int, int, int, str, int, int, bool]] = []
+    for (c, t), stack in ledger.placed.items():
+        cls = p.pending[c]
+        sh = cls.shape_on(t)
+        # a start that finds no GPUs leaves the plan from its loan starts first (those never
+        # make room for anything): members of a class are alike
+        loan = a.starts.get(c, {}).get((t, True), 0) > 0
+        first = 0 if sh.level >= 0 and sh.required and sh.nodes > 1 else 1
+        todo += [(first, -sh.largest, -cls.gpus, cls.label, c, t, loan) for refs in stack if refs is None]
+    failed: list[tuple[int, int, bool]] = []
+    slots: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for (c, t), stack in ledger.placed.items():
+        slots[(c, t)] = [n for n, refs in enumerate(stack) if refs is None]
+    for _, _, _, _, c, t, loan in sorted(todo):
+        refs = pool.place(p.types[t], p.pending[c].shape_on(t))
+        n = slots[(c, t)].pop(0)
+        if refs is None:
+            failed.append((c, t, loan))
+            continue
+        ledger.placed[(c, t)][n] = refs
+    _sync(ledger, a)
+    return failed
 
 def _grow(p: EpochProblem, a: Assignment) -> None:
     """Grow running elastic jobs into the GPUs the plan leaves idle, as the model does: only on
@@ -378,6 +515,13 @@ def _priority(p: EpochProblem, a: Assignment, ledger: _Tally) -> None:
     )
     groups = _started_groups(p, a)
     nodes = _NodeVictims(p, ledger)
+    own_left: dict[tuple[int, int], int] = defaultdict(int)  # own GPUs stopping may still free
+    for key, lst in by_owner.items():
+        own_left[key] = sum(
+            p.running[r].gpus
+            for r in lst
+            if not p.running[r].on_loan and r not in hosting and r not in a.resize
+        )
     for c in order:
         cls = p.pending[c]
         while a.started(c) < cls.cap and not (cls.group and cls.group in groups):
@@ -399,8 +543,12 @@ def _priority(p: EpochProblem, a: Assignment, ledger: _Tally) -> None:
                 applied = False
                 trial = list(spent)
                 room = be_room[t] + cls.gpus + slack_left[t]
-                pool: Iterable[int] = itertools.chain(own_list, others)
+                if need_room > 0 and need_room > own_left[(cls.tenant, t)]:
+                    continue  # no stop of its own jobs frees the quota room it needs
                 first = nodes.first(c, t, a)
+                if first is None:
+                    continue  # no node can be freed for its pieces
+                pool: Iterable[int] = itertools.chain(own_list, others)
                 if first:
                     listed = set(first)
                     pool = itertools.chain(first, (r for r in pool if r not in listed))
@@ -446,7 +594,9 @@ def _priority(p: EpochProblem, a: Assignment, ledger: _Tally) -> None:
                     for r in taken:
                         a.preempt.add(r)
                         a.preempt.update(guests_of_host.get(p.running[r].job, []))
-                    nodes.changed()
+                        if p.running[r].tenant == cls.tenant and not p.running[r].on_loan:
+                            own_left[(cls.tenant, t)] -= p.running[r].gpus
+                    nodes.changed(taken)
                     done = True
                     break
                 for r in taken:
@@ -456,14 +606,18 @@ def _priority(p: EpochProblem, a: Assignment, ledger: _Tally) -> None:
 
 
 class _NodeVictims:
-    """Per type, the candidate victims on each movable node, cheapest per GPU first, and the
-    cheapest nodes to free a piece on (cached until a plan's preemptions change)."""
+    """Per type, the candidate victims on each movable node, cheapest per GPU first, and per
+    node what stopping the cheapest of them to free a piece costs (kept until the node's jobs
+    change)."""
 
     def __init__(self, p: EpochProblem, ledger: _Tally) -> None:
         self.p = p
         self.ledger = ledger
         self.on: dict[int, dict[int, list[tuple[int, int]]]] = {}
-        self.cache: dict[tuple[int, int, int, int], list[int]] = {}
+        self.node_of: dict[int, list[tuple[int, int]]] = defaultdict(list)
+        """Running item -> (type, node) of the movable nodes it is on."""
+        self.options: dict[tuple[int, int, int], dict[int, tuple[float, list[int]] | None]] = {}
+        """(type, piece, tenant kept off) -> node -> (cost, victims) that free the piece there."""
         for t, book in ledger.chunks.books.items():
             per: dict[int, list[tuple[int, int]]] = {}
             for mn in book.tp.movable:
@@ -471,14 +625,36 @@ class _NodeVictims:
                 if vs:
                     vs.sort(key=lambda x: (p.running[x[0]].cost / p.running[x[0]].gpus, p.running[x[0]].job))
                     per[mn.index] = vs
+                    for r, _ in vs:
+                        self.node_of[r].append((t, mn.index))
             self.on[t] = per
 
-    def first(self, c: int, t: int, a: Assignment, others_only: int = -1) -> list[int]:
+    def _option(
+        self, t: int, node: int, piece: int, others_only: int, a: Assignment
+    ) -> tuple[float, list[int]] | None:
+        book = self.ledger.chunks.books[t]
+        free = book.free[node]
+        if free >= piece:
+            return None
+        p = self.p
+        taken: list[int] = []
+        cost = 0.0
+        for r, g in self.on[t][node]:
+            if r in a.preempt or r in a.resize or p.running[r].tenant == others_only:
+                continue
+            taken.append(r)
+            free += g
+            cost += p.running[r].static_cost
+            if free >= piece:
+                return cost, taken
+        return None
+
+    def first(self, c: int, t: int, a: Assignment, others_only: int = -1) -> list[int] | None:
         """Victims on the nodes where stopping them frees the pieces of class ``c``'s shape on
         ``t`` most cheaply (``others_only``: a tenant whose jobs are no victims here), those
         nodes' victims first: freeing GPUs scattered over nodes frees no chunk a piece can use.
         Empty when the type's placement does not constrain the start (no chunks, one-GPU
-        pieces) or the free chunks already hold it."""
+        pieces) or the free chunks already hold it; ``None`` when no node can be freed for it."""
         p, ledger = self.p, self.ledger
         book = ledger.chunks.books.get(t)
         shape = p.pending[c].shape_on(t)
@@ -489,37 +665,29 @@ class _NodeVictims:
             ledger.chunks.start(c, t, -1)
             if fits:
                 return []
-        key = (t, shape.largest, max(1, shape.nodes), others_only)
-        got = self.cache.get(key)
-        if got is not None:
-            return got
         piece = shape.largest
-        options: list[tuple[float, int, list[int]]] = []
-        for node, mine in self.on.get(t, {}).items():
-            free = book.free[node]
-            if free >= piece:
-                continue
-            taken: list[int] = []
-            cost = 0.0
-            for r, g in mine:
-                if r in a.preempt or r in a.resize or p.running[r].tenant == others_only:
-                    continue
-                taken.append(r)
-                free += g
-                cost += p.running[r].static_cost
-                if free >= piece:
-                    options.append((cost, node, taken))
-                    break
-        options.sort(key=lambda o: (o[0], o[1]))
+        table = self.options.setdefault((t, piece, others_only), {})
+        for node in self.on.get(t, {}):
+            if node not in table:
+                table[node] = self._option(t, node, piece, others_only, a)
+        best = heapq.nsmallest(
+            max(1, shape.nodes),
+            ((opt[0], node, opt[1]) for node, opt in table.items() if opt is not None),
+        )
+        if not best:
+            return None
         out: list[int] = []
-        for _, _, taken in options[: max(1, shape.nodes)]:
+        for _, _, taken in best:
             out += [r for r in taken if r not in out]
-        self.cache[key] = out
         return out
 
-    def changed(self) -> None:
-        """The plan's preemptions changed: forget the cached nodes."""
-        self.cache.clear()
+    def changed(self, stopped: Iterable[int]) -> None:
+        """These running items stopped or shrank: forget the options of their nodes."""
+        nodes = {tn for r in stopped for tn in self.node_of.get(r, ())}
+        for (t, _, _), table in self.options.items():
+            for tt, node in nodes:
+                if tt == t:
+                    table.pop(node, None)
 
 
 def repaired(p: EpochProblem) -> Assignment:
@@ -534,7 +702,9 @@ def fill(p: EpochProblem, a: Assignment) -> int:
     """Start every queued job that still fits, on top of ``a`` (no preemption); returns how
     many jobs it started."""
     before = sum(a.started(c) for c in a.starts) + len(a.guests)
-    _run(p, a, _Tally(p, a), reclaim=False)
+    ledger = _Tally(p, a)
+    _run(p, a, ledger, reclaim=False)
+    _sync(ledger, a)
     return sum(a.started(c) for c in a.starts) + len(a.guests) - before
 
 
@@ -545,8 +715,35 @@ def unplace(p: EpochProblem, a: Assignment, failed: list[tuple[int, int, bool]])
     for c, t, loan in failed:
         a.add(c, t, loan, -1)
         a.blocked[(c, t)] = a.on_type(c, t)
+        stack = a.placements.get((c, t), [])
+        if None in stack:
+            stack.remove(None)
+    # a shape at least as large in every respect cannot start there either (unless already so)
+    for c, t, _ in failed:
+        sh = p.pending[c].shape_on(t)
+        for d, cls in enumerate(p.pending):
+            if d == c or t not in cls.types or (d, t) in a.blocked:
+                continue
+            other = cls.shape_on(t)
+            if _at_least(other, sh):
+                a.blocked[(d, t)] = a.on_type(d, t)
     _drop_unused_preemptions(p, a)
     return fill(p, a)
+
+
+def _at_least(big: Shape, small: Shape) -> bool:
+    """Whether a job of shape ``big`` needs at least what one of ``small`` needs on each of
+    ``small``'s nodes, on at least as many nodes."""
+    if big.fractional != small.fractional or big.spread or small.spread:
+        return False
+    return (
+        big.nodes >= small.nodes
+        and all(b >= s for b, s in zip(big.pieces, small.pieces, strict=False))
+        and big.cpu_milli >= small.cpu_milli
+        and big.memory_mib >= small.memory_mib
+        and big.milli >= small.milli
+        and (small.level < 0 or (big.level == small.level and big.required >= small.required))
+    )
 
 
 def _drop_unused_preemptions(p: EpochProblem, a: Assignment) -> None:
@@ -571,6 +768,8 @@ def _drop_unused_preemptions(p: EpochProblem, a: Assignment) -> None:
             run = p.running[r]
             if run.gpus > over:
                 continue
+            if not ledger.can_keep(r):
+                continue  # a start took its GPUs
             _preempt(ledger, p, r, sign=-1)  # keep it running, on trial
             i = run.tenant
             # keeping the job must not push its tenant's in-quota use over quota
@@ -646,7 +845,7 @@ def _reclaim(
         order = victims.get(t, [])
         if not p.tree.empty:
             order = sorted(order, key=lambda r: depth(p.running[r].tenant, cls.tenant))
-        first = [r for r in nodes.first(c, t, a, others_only=cls.tenant) if p.running[r].on_loan]
+        first = [r for r in nodes.first(c, t, a, others_only=cls.tenant) or [] if p.running[r].on_loan]
         if first:
             listed = set(first)
             order = first + [r for r in order if r not in listed]
@@ -659,7 +858,7 @@ def _reclaim(
                 got = _try_start(ledger, p, c, own_only=True)
                 if got is not None:
                     a.resize[r] = -d
-                    nodes.changed()
+                    nodes.changed([r, *taken])
                     a.preempt.update(taken)
                     for v in taken:
                         a.preempt.update(guests_of_host.get(p.running[v].job, []))
@@ -673,7 +872,7 @@ def _reclaim(
                 _start(ledger, p, c, got[0], False, sign=-1)
                 got = None
             if got is not None:
-                nodes.changed()
+                nodes.changed(taken)
                 a.preempt.update(taken)
                 for v in taken:
                     a.preempt.update(guests_of_host.get(p.running[v].job, []))
@@ -773,5 +972,6 @@ def guided_assignment(p: EpochProblem, m: LinearModel, values: Sequence[float]) 
     _priority(p, a, ledger)
     _run(p, a, ledger, reclaim=True)
     _priority(p, a, ledger)
+    _sync(ledger, a)
     _drop_unused_preemptions(p, a)
     return a

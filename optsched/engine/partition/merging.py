@@ -677,7 +677,7 @@ def merge_plan(
     # also stop the guests of stopped hosts named in another part (never: pairs share a node)
     use, own_kept = _kept_use(state, starts, stopped)
     started_ids = {s.job for s in starts}
-    fleet = NodePool(state, stopped)
+    fleet = NodePool.of(state, stopped)
     for x in starts:
         if not x.colocated_with:
             fleet.take(x.allocation, shape_of(state, state.job(x.job), state.node_type(x.allocation[0].node)))
