@@ -7,7 +7,8 @@
  #  name                rule                                               function
 ==  ==================  =================================================  =============================
  1  gpu-sharing         a GPU holds one job, or on an ``mps`` type two     ``check_gpu_sharing``
-                        shareable jobs whose memory fits together
+                        shareable jobs whose memory fits together, or
+                        fractional jobs whose shares sum to at most 1000
  2  placement           gang all-or-nothing, one allowed type, available   ``check_placement``
                         nodes, no GPU given twice, running jobs keep theirs ``check_resize``
                         (a type with less memory per GPU than a started
@@ -33,7 +34,8 @@
  6  workflow-plan       workflow plan rules                                ``check_workflow_plan``
  8  work-conservation   no pending job stays queued while free GPUs of an  ``check_work_conservation``
                         allowed type (large enough for its stated memory)  ``check_reservations``
-                        and its tenant's idle quota could
+                        hold it in its node shape, with its CPU and host
+                        memory, and its tenant's idle quota could
                         hold it, unless they are held for a reservation
                         that starts before it would end; reservations
                         are well formed and no start that outlives one
@@ -41,6 +43,10 @@
  9  pool-lending        cluster GPUs lent to the workflow pool are free,   ``check_pool_decision``
                         of allowed types and lenders, from idle quota
                         within lend limits; returns are idle lent GPUs
+ 10 node-shape          a start lies on one distinct node per piece of     ``check_node_shape``
+                        its shape, inside one domain of a required
+                        topology level; nodes that get a start or a grown
+                        job hold the CPU and host memory of their jobs
 ==  ==================  =================================================  =============================
 
 With lent pool GPUs or a ``pool`` decision, invariants 1-8 are checked on the cluster as the
@@ -68,6 +74,7 @@ from optsched.engine.workflows.check import (
     lent_devices,
 )
 from optsched.schema.decision import Decision, PreemptReason, ResizeReason
+from optsched.schema.limits import MILLI_PER_GPU
 from optsched.schema.snapshot import GpuRef, Job
 
 __all__ = [
@@ -77,6 +84,7 @@ __all__ = [
     "check_capacity_and_loans",
     "check_decision",
     "check_gpu_sharing",
+    "check_node_shape",
     "check_placement",
     "check_preemption",
     "check_reservations",
@@ -141,11 +149,70 @@ class _After:
     """(tenant, type) -> GPUs held after the decision, MPS guests excluded (see :func:`tenant_use`)."""
     sizes: dict[str, int]
     """job id -> GPUs it holds after the decision, for every kept running and started job."""
+    state: ClusterState
 
     @functools.cached_property
     def shared(self) -> list[tuple[GpuKey, list[str]]]:
         """GPUs held by more than one job, in GPU order."""
         return sorted((k, list(ids)) for k, ids in self.holders.items() if len(ids) > 1)
+
+    @functools.cached_property
+    def on_node(self) -> dict[str, set[str]]:
+        """node id -> the jobs holding GPUs on it after the decision."""
+        out: dict[str, set[str]] = defaultdict(set)
+        for (node, _), ids in self.holders.items():
+            out[node].update(ids)
+        return out
+
+    @functools.cached_property
+    def free_share(self) -> dict[GpuKey, int]:
+        """Every GPU on an available node outside the workflow pool -> the thousandths of it no
+        job holds after the decision (1000 free, 0 for a GPU a whole-GPU job holds)."""
+        state = self.state
+        out: dict[GpuKey, int] = {}
+        for n in state.snapshot.nodes:
+            if not n.available:
+                continue
+            for g in range(n.gpus):
+                key = (n.id, g)
+                if key in state.pool_gpus:
+                    continue
+                ids = self.holders.get(key)
+                if not ids:
+                    out[key] = MILLI_PER_GPU
+                elif all(state.job(j).is_fractional for j in ids):
+                    out[key] = MILLI_PER_GPU - sum(state.job(j).gpu_milli or 0 for j in ids)
+                else:
+                    out[key] = 0
+        return out
+
+    @functools.cached_property
+    def free_nodes(self) -> dict[str, list[tuple[str, int, int]]]:
+        """GPU type -> (node, whole GPUs free, largest free share of one GPU) for each available
+        node of the type with something free after the decision."""
+        whole: dict[str, int] = defaultdict(int)
+        best: dict[str, int] = defaultdict(int)
+        for (node, _), left in self.free_share.items():
+            if left >= MILLI_PER_GPU:
+                whole[node] += 1
+            best[node] = max(best[node], left)
+        out: dict[str, list[tuple[str, int, int]]] = defaultdict(list)
+        for node, share in best.items():
+            if share > 0:
+                out[self.state.node_type(node)].append((node, whole[node], share))
+        return out
+
+    @functools.cached_property
+    def host_left(self) -> dict[str, tuple[int | None, int | None]]:
+        """node id -> (CPU thousandths, host MiB) left after the decision (None: not tracked)."""
+        state = self.state
+        out: dict[str, tuple[int | None, int | None]] = {}
+        for n in state.snapshot.nodes:
+            jobs = [state.job(j) for j in self.on_node.get(n.id, ())]
+            cpu = None if n.cpu_milli is None else n.cpu_milli - sum(j.cpu_milli or 0 for j in jobs)
+            mem = None if n.memory_mib is None else n.memory_mib - sum(j.memory_mib or 0 for j in jobs)
+            out[n.id] = (cpu, mem)
+        return out
 
 
 def _resized(state: ClusterState, decision: Decision) -> dict[str, list[GpuRef]]:
@@ -217,7 +284,7 @@ def _after(state: ClusterState, decision: Decision) -> _After:
         ids = holders.get(key)
         if ids is not None and len(ids) > 1:
             ids.sort(key=lambda j: j in guests)
-    return _After(holders, guests, types, preempted, started, _use(state, holders, guests), sizes)
+    return _After(holders, guests, types, preempted, started, _use(state, holders, guests), sizes, state)
 
 
 def _shared(after: _After) -> list[tuple[GpuKey, list[str]]]:
@@ -261,6 +328,16 @@ def check_gpu_sharing(state: ClusterState, decision: Decision, after: _After) ->
             continue
         where = f"GPU {key[0]}/{key[1]}"
         gtype = state.snapshot.gpu_types[state.node_type(key[0])]
+        fractional = [state.job(j).is_fractional for j in ids]
+        if any(fractional):
+            if not all(fractional):
+                whole = next(j for j, f in zip(ids, fractional, strict=True) if not f)
+                msg = f"{where} holds fractional jobs and '{whole}', which takes whole GPUs"
+                out.append(Violation(1, msg, tuple(ids)))
+            elif (total := sum(state.job(j).gpu_milli or 0 for j in ids)) > MILLI_PER_GPU:
+                msg = f"{where}: the shares of {ids} sum to {total} > {MILLI_PER_GPU}"
+                out.append(Violation(1, msg, tuple(ids)))
+            continue
         if len(ids) > 2:
             out.append(Violation(1, f"{where} holds {len(ids)} jobs", tuple(ids)))
             continue
@@ -377,12 +454,121 @@ def check_placement(state: ClusterState, decision: Decision, after: _After) -> l
             out.append(Violation(2, f"running job '{job.id}' kept on unavailable node '{bad[0]}'", (job.id,)))
     # a GPU given twice to jobs that are not an MPS host/guest pair
     for key, ids in _shared(after):
-        if len(ids) == 2:
+        if len(ids) == 2 and not any(state.job(j).is_fractional for j in ids):  # shares: invariant 1
             a, b = ids
             paired = after.guests.get(b) and a in after.guests[b]
             if not paired and not (a in after.guests and b in after.guests[a]):
                 out.append(Violation(2, f"GPU {key[0]}/{key[1]} given to both '{a}' and '{b}'", (a, b)))
     return out
+
+
+def _pieces(state: ClusterState, job: Job, gpu_type: str) -> tuple[int, ...] | None:
+    """The GPUs a job takes on each of its nodes on ``gpu_type``, largest first (the format's
+    shape rule, restated); None for a job that may spread (``spread``, elastic)."""
+    if job.spread or job.is_elastic:
+        return None
+    if job.is_fractional:
+        return (1,)
+    if job.gpus_per_node is not None:
+        return (job.gpus_per_node,) * (job.gpus // job.gpus_per_node)
+    largest = max((n.gpus for n in state.snapshot.nodes if n.gpu_type == gpu_type), default=0)
+    if job.gpus <= largest or largest == 0:
+        return (job.gpus,)
+    return (largest,) * (job.gpus // largest) + ((job.gpus % largest,) if job.gpus % largest else ())
+
+
+def _domain(state: ClusterState, node_id: str, level: str) -> tuple[str, ...]:
+    """A node's domain at ``level``: its domain names from the outermost level down to it."""
+    levels = state.snapshot.topology.levels if state.snapshot.topology else []
+    topo = state.snapshot.nodes[state.node_index[node_id]].topology or {}
+    return tuple(topo.get(name, "") for name in levels[: levels.index(level) + 1])
+
+
+def _host_fits(job: Job, left: tuple[int | None, int | None]) -> bool:
+    """Whether a node with ``left`` (CPU, MiB) free holds the job's per-node CPU and memory."""
+    cpu, mem = left
+    return (cpu is None or cpu >= (job.cpu_milli or 0)) and (mem is None or mem >= (job.memory_mib or 0))
+
+
+def check_node_shape(state: ClusterState, decision: Decision, after: _After) -> list[Violation]:
+    """Invariant 10 (node-shape): every start lies on nodes as its shape says (one distinct node
+    per piece, each with the piece's GPUs), inside one domain of a ``required`` topology level,
+    and every node that gets a start or a grown job holds the CPU and host memory of all its
+    jobs after the decision."""
+    out: list[Violation] = []
+    touched: set[str] = set()
+    for s in decision.start:
+        if s.job not in after.started or not s.allocation or s.colocated_with:
+            continue
+        if any(r.node not in state.node_index for r in s.allocation):
+            continue  # invariant 2
+        job = state.job(s.job)
+        per_node: dict[str, int] = defaultdict(int)
+        for r in s.allocation:
+            per_node[r.node] += 1
+        touched.update(per_node)
+        pieces = _pieces(state, job, state.node_type(s.allocation[0].node))
+        got = tuple(sorted(per_node.values(), reverse=True))
+        if pieces is not None and got != pieces and len(s.allocation) == job.gpus:
+            out.append(
+                Violation(
+                    10,
+                    f"job '{s.job}' gets {'+'.join(map(str, got))} GPUs on {len(got)} node(s), its "
+                    f"shape is {'+'.join(map(str, pieces))}",
+                    (s.job,),
+                )
+            )
+        topo = job.topology
+        if topo is not None and topo.mode == "required" and len(per_node) > 1:
+            domains = {_domain(state, n, topo.level) for n in per_node}
+            if len(domains) > 1:
+                out.append(
+                    Violation(
+                        10,
+                        f"job '{s.job}' requires one '{topo.level}' domain, gets nodes in {len(domains)}",
+                        (s.job,),
+                    )
+                )
+    for rz in decision.resize:
+        if rz.job in state.job_index and rz.to_gpus > rz.from_gpus:
+            touched.update(r.node for r in rz.allocation)
+    for node in sorted(touched):
+        if node not in state.node_index:
+            continue
+        cpu, mem = after.host_left[node]
+        for what, left in (("CPU thousandths", cpu), ("host memory MiB", mem)):
+            if left is not None and left < 0:
+                jobs = tuple(sorted(after.on_node.get(node, ())))
+                msg = f"node '{node}': its jobs need {-left} {what} more than it has"
+                out.append(Violation(10, msg, jobs))
+    return out
+
+
+def _fits_alone(state: ClusterState, after: _After, job: Job, gpu_type: str, gpus: int) -> bool:
+    """Whether the free GPUs, CPUs and host memory after the decision hold ``job`` (at ``gpus``
+    GPUs) in its shape on available nodes of ``gpu_type`` (invariant 8's test)."""
+    nodes = [
+        (n, free, share)
+        for n, free, share in after.free_nodes.get(gpu_type, ())
+        if _host_fits(job, after.host_left[n])
+    ]
+    if job.is_fractional:
+        return any(share >= (job.gpu_milli or 0) for _, _, share in nodes)
+    pieces = _pieces(state, job, gpu_type)
+    if pieces is None:
+        return sum(free for _, free, _ in nodes) >= gpus
+    topo = job.topology
+    groups: dict[tuple[str, ...], list[int]] = defaultdict(list)
+    for n, free, _ in nodes:
+        if free < pieces[-1]:
+            continue
+        key = _domain(state, n, topo.level) if topo and topo.mode == "required" and len(pieces) > 1 else ()
+        groups[key].append(free)
+    for sizes in groups.values():
+        sizes.sort(reverse=True)
+        if len(sizes) >= len(pieces) and all(sizes[k] >= p for k, p in enumerate(pieces)):
+            return True
+    return False
 
 
 def check_resize(state: ClusterState, decision: Decision, after: _After) -> list[Violation]:
@@ -677,12 +863,18 @@ def tenant_use(state: ClusterState, after: _After) -> dict[tuple[str, str], int]
 def _use(
     state: ClusterState, holders: dict[GpuKey, list[str]], guests: dict[str, list[str]]
 ) -> dict[tuple[str, str], int]:
-    """Each GPU counts once, for the tenant of its host (its first holder that is no guest)."""
+    """Each GPU counts once, for the tenant of its host (its first holder that is no guest); a
+    GPU holding fractional jobs counts once for each of them (a fractional job is one GPU of its
+    tenant's quota)."""
     use: dict[tuple[str, str], int] = defaultdict(int)
     node_index = state.node_index
     job, node_type = state.job, state.node_type
     for key, ids in holders.items():
         if key[0] not in node_index:
+            continue
+        if job(ids[0]).is_fractional:
+            for j in ids:
+                use[(job(j).tenant, node_type(key[0]))] += 1
             continue
         host = ids[0] if ids[0] not in guests else next((j for j in ids if j not in guests), None)
         if host is None:
@@ -815,9 +1007,10 @@ def check_capacity_and_loans(state: ClusterState, decision: Decision, after: _Af
     out: list[Violation] = []
     cap = state.capacity()
     use = after.use
-    total: dict[str, int] = defaultdict(int)
-    for (_, t), v in use.items():
-        total[t] += v
+    total: dict[str, int] = defaultdict(int)  # GPUs held (a GPU of fractional jobs once)
+    for key in after.holders:
+        if key[0] in state.node_index:
+            total[state.node_type(key[0])] += 1
     for t in state.type_names:
         if total[t] > cap[t]:
             out.append(Violation(4, f"type '{t}': {total[t]} GPUs used, capacity {cap[t]}"))
@@ -1234,13 +1427,15 @@ def check_work_conservation(
             continue
         g = job.size_range[0] if job.is_elastic else job.gpus  # an elastic job at its smallest
         for t in _usable_types(state, job):  # never a type too small for its stated memory
-            if cap.get(t, 0) <= 0 or free[t] < g:
+            if cap.get(t, 0) <= 0 or (free[t] < g and not job.is_fractional):
                 continue
             if (t in off or t in restart) and job.qos != "guaranteed":
                 continue  # a cap-starved tenant's guaranteed jobs, or a node loss's, take them next
             idle = state.quota(job.tenant, t) - use.get((job.tenant, t), 0) - lent_out.get((job.tenant, t), 0)
             if idle < g:
                 continue
+            if not _fits_alone(state, after, job, t, g):
+                continue  # the free GPUs do not hold it in its shape
             if holds.get(t):
                 end = _predicted_end(state, decision, job.id, True)
                 if end is not None:
@@ -1279,6 +1474,7 @@ def check_decision(
     after = _after(state, decision)
     out += check_gpu_sharing(state, decision, after)
     out += check_placement(state, decision, after)
+    out += check_node_shape(state, decision, after)
     out += check_preemption(state, decision, after)
     out += check_resize(state, decision, after)
     out += check_capacity_and_loans(state, decision, after)

@@ -34,6 +34,7 @@ NAMES = {
     7: "bad-input",
     8: "work-conservation",
     9: "pool-lending",
+    10: "node-shape",
 }
 """The short names of docs/snapshot-format.md, written out here on purpose."""
 

@@ -634,8 +634,9 @@ class _NodeVictims:
     ) -> tuple[float, list[int]] | None:
         book = self.ledger.chunks.books[t]
         free = book.free[node]
-        if free >= piece:
-            return None
+        # one more piece than the node holds now: the chunk rows count every node's pieces,
+        # and the ones it holds may already be taken by other starts
+        target = (free // piece + 1) * piece
         p = self.p
         taken: list[int] = []
         cost = 0.0
@@ -645,7 +646,7 @@ class _NodeVictims:
             taken.append(r)
             free += g
             cost += p.running[r].static_cost
-            if free >= piece:
+            if free >= target:
                 return cost, taken
         return None
 

@@ -6,9 +6,9 @@ whole fleet.
 1. **Collect** (:func:`_collect`): the parts' starts, preemptions and predictions, in part
    order.
 2. **Books** (:func:`_kept_use`, :class:`_Books`): what the running jobs the parts keep and the
-   parts' starts hold, the GPUs left free (:class:`_Fleet`), and per (tenant, type) the use
-   against the *global* quota: the idle quota the tenants could lend and the use above quota a
-   loan must cover, per type.
+   parts' starts hold, the GPUs left free (:class:`~optsched.engine.ledger.NodePool`), and per
+   (tenant, type) the use against the *global* quota: the idle quota the tenants could lend
+   and the use above quota a loan must cover, per type.
 3. **Victims** (:func:`_start_victims`, :func:`_running_victims`, :func:`_best_effort_room`):
    what a reclaim may undo: a part's start on loan or of a best-effort job, a running job on
    loan, a preemptible running job (a priority preemption, within the tenant's preemption cap,
@@ -18,8 +18,10 @@ whole fleet.
    the GPUs left free (the gangs no part could hold among them). First the guaranteed jobs of
    tenants due a reclaim, inside their *global* quota, which may stop others anywhere in the
    fleet (:func:`_quota_room`, :func:`_reclaim_room`, :func:`_cover_loans`); then every job
-   still queued, on loan from the *global* idle quota of the others too, stopping nothing.
-   Neither passes a tenant's borrow limit (:func:`_within_borrow_limit`).
+   still queued, on loan from the *global* idle quota of the others too, stopping nothing;
+   part starts a reclaim undid are queued again for this pass (a stop frees whole pieces of
+   a node, often more than the reclaim's start takes). Neither passes a tenant's borrow limit
+   (:func:`_within_borrow_limit`).
 5. **Over-quota amendment** (:func:`_amend_over_quota`): a tenant left above quota without
    cover starts nothing on top: its starts of the type are undone, latest in queue order
    first, until covered, and the fill runs again on what they held (at most three rounds).
@@ -363,9 +365,19 @@ class _Coordination:
     off: set[str]
     started_ids: set[str]
     cancelled: set[str] = field(default_factory=set)
+    bumped: dict[str, Job] = field(default_factory=dict)
+    """Jobs whose part start a reclaim undid, queued again: pass 2 may start them elsewhere
+    (the stop frees GPUs in whole pieces, often more than the reclaim's start takes)."""
+    replaced: set[str] = field(default_factory=set)
+    """Bumped jobs started again by this step: their part's start is gone, ``added`` has theirs."""
     added: list[Start] = field(default_factory=list)
     reclaimed: list[Preempt] = field(default_factory=list)
     room_for: dict[str, list[str]] = field(default_factory=dict)
+
+    def live(self, starts: list[Start]) -> list[Start]:
+        """The parts' ``starts`` this step kept, then its own starts not undone."""
+        kept = [x for x in starts if x.job not in self.cancelled and x.job not in self.replaced]
+        return kept + [x for x in self.added if x.job not in self.cancelled]
 
     def cap_left(self, ten: str) -> float:
         """GPUs the tenant's preemption cap still lets this epoch stop."""
@@ -480,6 +492,8 @@ def _commit(
         c.pool[t].remove(v)
         if v.kind == "start":
             c.cancelled.add(v.job.id)
+            c.started_ids.discard(v.job.id)
+            c.bumped[v.job.id] = v.job
             continue
         why = PreemptReason.RECLAIM if v.kind == "loan" else PreemptReason.PRIORITY
         if v.kind == "priority":
@@ -489,6 +503,9 @@ def _commit(
         c.room_for[v.job.id] = [job.id]
     c.added.append(Start(job=job.id, allocation=alloc))
     c.started_ids.add(job.id)
+    if c.bumped.pop(job.id, None) is not None:
+        c.cancelled.discard(job.id)
+        c.replaced.add(job.id)
 
 
 def _start_on(c: _Coordination, job: Job, t: str, first: bool) -> bool:
@@ -538,8 +555,8 @@ def _amend_over_quota(
     state, books = c.state, c.books
     newly: list[Start] = []
     by_key: dict[tuple[str, str], list[Start]] = defaultdict(list)
-    for x in [*starts, *c.added]:
-        if not x.colocated_with and x.job not in c.cancelled:
+    for x in c.live(starts):
+        if not x.colocated_with:
             by_key[(state.job(x.job).tenant, state.node_type(x.allocation[0].node))].append(x)
     for xs in by_key.values():
         xs.sort(key=lambda x: _queue_key(state.job(x.job)))
@@ -574,8 +591,9 @@ def _fill(
     last amendment."""
     for rnd in range(3):
         for first in (True, False) if rnd == 0 else (False,):
-            for job in queued:
-                if job.id in c.started_ids or job.id in c.cancelled:
+            todo = queued if first else sorted([*queued, *c.bumped.values()], key=_queue_key)
+            for job in todo:
+                if job.id in c.started_ids or (job.id in c.cancelled and job.id not in c.bumped):
                     continue
                 due = job.qos == "guaranteed" and c.signal[job.tenant].reclaim
                 if first and not due:
@@ -696,7 +714,7 @@ def merge_plan(
     queued = [j for j in state.pending() if j.id not in started_ids]
     queued.sort(key=_queue_key)
     loans, uncovered = _fill(c, queued, starts)
-    starts = [x for x in [*starts, *c.added] if x.job not in c.cancelled]
+    starts = c.live(starts)
     preempt += c.reclaimed
     starts = _relabel_loans(state, starts, books.own_kept)
     d = _assemble(c, results, leftover, starts, preempt, loans, uncovered, predictions)
