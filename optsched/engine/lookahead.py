@@ -221,6 +221,8 @@ def backfill(problem: EpochProblem, a: Assignment, res: Reservations) -> int:
                 types=kept_types,
                 own_types=tuple(t for t in cls.own_types if t in kept_types),
                 type_bonus=tuple(cls.type_bonus[k] for k in keep),
+                # the starts ``a`` already holds on the dropped types keep their shape there
+                shape_types=cls.shape_types or cls.types,
             )
         )
     return fill(dataclasses.replace(problem, pending=tuple(classes)), a)

@@ -60,13 +60,17 @@ class PendingClass:
     """Elastic size alternatives: the id of the elastic job this singleton class starts at size
     ``gpus`` (one class per allowed size; at most one of a group starts); "" otherwise."""
     shapes: tuple[Shape, ...] = ()
-    """Per type of ``types``: the members' node shape there (empty: spread everywhere)."""
+    """Per type of ``shape_types``: the members' node shape there (empty: spread everywhere)."""
+    shape_types: tuple[int, ...] = ()
+    """The types ``shapes`` is listed by when they are not ``types``: a class whose allowed types
+    were narrowed for one pass (the backfill keeps jobs off reserved types) still knows its shape
+    on the types its members already started on."""
 
     def shape_on(self, t: int) -> Shape:
-        """The members' shape on type ``t`` (one of ``types``)."""
+        """The members' shape on type ``t`` (one of ``types``, or of ``shape_types``)."""
         if not self.shapes:
             return Shape(self.gpus, ())
-        return self.shapes[self.types.index(t)]
+        return self.shapes[(self.shape_types or self.types).index(t)]
 
     @property
     def job(self) -> str:

@@ -112,7 +112,11 @@ def over_quota_snapshot() -> dict[str, Any]:
 
 
 def lost_node_snapshot() -> dict[str, Any]:
-    """Node n1 failed: the fleet holds 8 GPUs for 16 GPUs of quota, and jobs still run on n1."""
+    """Node n1 failed: the fleet holds 8 GPUs for 16 GPUs of quota, and jobs still run on n1.
+
+    Both tenants are due a reclaim, and the reclaim bonus is per GPU started inside quota, so a
+    4-GPU job of b would now be worth stopping b's own best-effort ``b-run`` for (4 GPUs of b's
+    guaranteed work instead of a's 2); b's job takes 6 GPUs, which n0 cannot give it even then."""
     snap = cluster(
         types={"A100": (80.0, True)},
         nodes={"n0": ("A100", 8), "n1": ("A100", 8)},
@@ -125,7 +129,7 @@ def lost_node_snapshot() -> dict[str, Any]:
         running("a-run", "a", [("n0", g) for g in range(4)], start_s=1_000.0),
         running("b-run", "b", [("n0", 4), ("n0", 5)], start_s=1_000.0, qos="best_effort"),
         pending("a-two", "a", 2, submit_s=9_000.0),
-        pending("b-four", "b", 4, submit_s=9_000.0),
+        pending("b-six", "b", 6, submit_s=9_000.0),
     ]
     return snap
 
@@ -150,9 +154,10 @@ def test_lost_node_gets_a_decision_on_every_backend(name: str) -> None:
         ("b-lost", "node_unavailable"),
     ]
     assert all(r.node == "n0" for s in d.start for r in s.allocation)
-    # 2 GPUs are left on n0: a's 2-GPU job fits inside its quota; b's 4-GPU job cannot
+    # 2 GPUs are left on n0: a's 2-GPU job fits inside its quota; b's 6-GPU job cannot, not
+    # even by stopping b-run (4 GPUs), so nothing but the lost jobs stops
     assert [s.job for s in d.start] == ["a-two"]
-    assert d.queue == ["b-four"]
+    assert d.queue == ["b-six"]
 
 
 # --- the workflow part's own fallback -------------------------------------------------------------

@@ -306,12 +306,15 @@ def test_a_decision_that_fails_the_check_is_never_applied(adapter: Any) -> None:
     assert all(x[0] != "start" for x in adapter.actions(j))
 
 
-def test_a_start_slurm_cannot_shape_is_deferred_and_the_epoch_decided_again() -> None:
-    """A one-node 8-GPU job (-N1 --gres=gpu:8) that the engine would split 7+1 is deferred;
-    the GPUs go to jobs that can start."""
+def _shape_host(nodes_used: dict[str, tuple[int, ...]], pending: list[tuple[str, int, int]]) -> Any:
+    """A Slurm host over two 8-GPU A100 nodes of partition ``a``, one running job of beta on the
+    used GPUs of each node and beta's held ``pending`` jobs (id, GPUs per node, nodes), all asked
+    with ``--gres`` (per node); beta's A100 quota is 16."""
     from optsched.hosts.slurmcli import GresAlloc, GresSpec, SlurmJob, SlurmNode
 
-    def job(i: str, gpus: int, state: str = "PENDING", alloc: tuple[GresAlloc, ...] = ()) -> SlurmJob:
+    def job(
+        i: str, gpus: int, n: int = 1, state: str = "PENDING", alloc: tuple[GresAlloc, ...] = ()
+    ) -> SlurmJob:
         return SlurmJob(
             job_id=int(i),
             name=f"j{i}",
@@ -321,7 +324,7 @@ def test_a_start_slurm_cannot_shape_is_deferred_and_the_epoch_decided_again() ->
             state=state,
             reason="JobHeldUser" if state == "PENDING" else "None",
             priority=0 if state == "PENDING" else 1,
-            num_nodes=1,
+            num_nodes=n,
             nodes=tuple(a.node for a in alloc),
             required_nodes=(),
             gpus_per_node=gpus,
@@ -341,14 +344,15 @@ def test_a_start_slurm_cannot_shape_is_deferred_and_the_epoch_decided_again() ->
 
     def node(name: str, used: tuple[int, ...]) -> SlurmNode:
         gres = (GresSpec("gpu", "a100", 8),)
-        return SlurmNode(name, "mixed", (), ("a",), 64, 8, gres, (GresSpec("gpu", "a100", 4, used),), "")
+        used_gres = (GresSpec("gpu", "a100", len(used), used),)
+        return SlurmNode(name, "mixed", (), ("a",), 64, 8, gres, used_gres, "")
 
-    nodes = [node("n1", (0, 1, 2, 3)), node("n2", (4, 5, 6, 7))]
+    nodes = [node(n, used) for n, used in nodes_used.items()]
     running = [
-        job("1", 4, "RUNNING", (GresAlloc("n1", "a100", 4, (0, 1, 2, 3)),)),
-        job("2", 4, "RUNNING", (GresAlloc("n2", "a100", 4, (4, 5, 6, 7)),)),
+        job(str(k + 1), len(used), 1, "RUNNING", (GresAlloc(n, "a100", len(used), used),))
+        for k, (n, used) in enumerate(nodes_used.items())
     ]
-    obs = Observation([*running, job("3", 8), job("4", 1), job("5", 1)], nodes, now=200.0)
+    obs = Observation([*running, *(job(i, g, n) for i, g, n in pending)], nodes, now=200.0)
 
     class Fake(SlurmHost):
         def observe(self) -> Observation:
@@ -358,15 +362,37 @@ def test_a_start_slurm_cannot_shape_is_deferred_and_the_epoch_decided_again() ->
             self.applied = decision
 
     cfg = parse_config(CONFIG.format(store=":memory:").replace("a100 = 8, v100 = 8 }", "a100 = 16 }", 2))
-    store = Store(":memory:")
-    host = Fake(cfg, store)
-    r = HostLoop(host, store).step()
+    return Fake(cfg, Store(":memory:"))
+
+
+def test_a_one_node_job_no_node_holds_waits_in_the_engine_not_split() -> None:
+    """A one-node 8-GPU job (-N1 --gres=gpu:8) with 4 GPUs free on each of two nodes: the
+    engine places jobs in their node shape (one 8-GPU piece on 8-GPU nodes), so it queues the
+    job instead of splitting it 4+4, and the adapter has nothing to defer; the GPUs go to the
+    jobs that can start."""
+    host = _shape_host({"n1": (0, 1, 2, 3), "n2": (4, 5, 6, 7)}, [("3", 8, 1), ("4", 1, 1), ("5", 1, 1)])
+    r = HostLoop(host, host.store).step()
+    assert not r.refused
+    assert [(a.job, a.outcome) for a in r.actions] == []
+    assert {s.job for s in host.applied.start} == {"4", "5"}
+    assert "3" in host.applied.queue
+    assert "3" in {j.id for j in r.snapshot.jobs}
+    assert host.store.actions("test", job="3") == []
+
+
+def test_a_start_slurm_cannot_shape_is_deferred_and_the_epoch_decided_again() -> None:
+    """A job asking 2 GPUs on each of 2 nodes (-N2 --gres=gpu:2) reaches the engine as a 4-GPU
+    gang of the default shape (one node: the snapshot carries no ``gpus_per_node``), which the
+    engine places on n1, the one node with GPUs free (5); no two nodes have 2 GPUs free, so the
+    start is deferred and the epoch decided again without it: the GPUs go to jobs that can start."""
+    host = _shape_host({"n1": (0, 1, 2), "n2": tuple(range(8))}, [("3", 2, 2), ("4", 1, 1), ("5", 1, 1)])
+    r = HostLoop(host, host.store).step()
     assert not r.refused
     assert [(a.job, a.outcome) for a in r.actions] == [("3", "deferred")]
-    assert "asks 8 GPUs on each of 1 node(s)" in r.actions[0].reason
+    assert "decided on n1:4; it asks 2 GPUs on each of 2 node(s)" in r.actions[0].reason
     assert {s.job for s in host.applied.start} == {"4", "5"}
     assert "3" not in {j.id for j in r.snapshot.jobs}
-    assert [a.outcome for a in store.actions("test", job="3")] == ["deferred"]
+    assert [a.outcome for a in host.store.actions("test", job="3")] == ["deferred"]
 
 
 def test_after_the_last_redecision_leftover_starts_are_skipped_not_crashed_on() -> None:

@@ -455,6 +455,8 @@ def _grow(p: EpochProblem, a: Assignment) -> None:
         while d < run.grow_steps:
             if not run.on_loan and ledger.own[i][t] + run.step > p.quota[i][t]:
                 break
+            if ledger.free[t] < run.step:
+                break  # no free GPUs for the step (the nodes would find none to take)
             _resize(ledger, p, r, 1)
             if not ledger.feasible(i, t) or not ledger.chunks.feasible(t):
                 _resize(ledger, p, r, -1)
