@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from optsched.engine import assurance as asr
 from optsched.engine import elastic
 from optsched.engine.chunks import chunks_of, levels_for
-from optsched.engine.ledger import node_records
+from optsched.engine.ledger import NodeRecord, node_records
 from optsched.engine.node_loss import (
     borrow_limits_after_node_loss,
     lend_limits_after_node_loss,
@@ -101,7 +101,8 @@ def build_problem(
     _elastic_growth(sc, run, pend.density)
     pair_rows, complete = _guest_pairs(sc, predictor, run.items, pend)
     classes, guests, reclaim_bonus = _classes(sc, pend, hold, run.max_cost, group_of, static_of, pair_rows)
-    placement, shared = _placement(sc, run.items, classes)
+    records = node_records(state, frozenset(run.forced))
+    placement, shared = _placement(sc, run.items, classes, records)
     snap = state.snapshot
     return EpochProblem(
         types=sc.types,
@@ -137,7 +138,7 @@ def build_problem(
         placement=placement,
         frag_scale=sc.w.fragmentation * min(pend.density.values(), default=0.0),
         shared_gpus=shared,
-        node_records=node_records(state) if any(tp is not None for tp in placement) else (),
+        node_records=records if any(tp is not None for tp in placement) else (),
         largest=tuple(state.largest_node[t] for t in sc.types),
         topology_levels=state.topology_levels,
         node_count=len(state.snapshot.nodes),
@@ -661,15 +662,14 @@ def _classes(
 
 
 def _placement(
-    sc: _Scope, running: list[RunningItem], classes: list[PendingClass]
+    sc: _Scope, running: list[RunningItem], classes: list[PendingClass], records: tuple[NodeRecord, ...]
 ) -> tuple[tuple[TypePlacement | None, ...], tuple[int, ...]]:
     """Per type, the node-level data of the model's placement rows (:class:`TypePlacement`;
     None where no waiting job's shape needs them: every start takes single GPUs anywhere), and
-    per type the GPUs held by fractional jobs only."""
+    per type the GPUs held by fractional jobs only. ``records`` are the available nodes as the
+    jobs that keep running leave them (a node loss's stopped jobs free theirs)."""
     state, snap = sc.state, sc.state.snapshot
     nt = sc.nt
-    pool = state.pool_gpus
-    held = {k for k in state.gpu_holders}
     shared = [0] * nt
     share_free = [0] * nt
     for key, used in state.gpu_shares.items():
@@ -694,7 +694,7 @@ def _placement(
         if not any(_needs_nodes(sh) for sh, _ in shapes) or sc.capacity[t] == 0:
             out.append(None)
             continue
-        out.append(_type_placement(sc, t, tname, shapes, movable_items, held, pool, share_free[t]))
+        out.append(_type_placement(sc, t, tname, shapes, movable_items, records, share_free[t]))
     return tuple(out), tuple(shared)
 
 
@@ -712,23 +712,14 @@ def _type_placement(
     tname: str,
     shapes: list[tuple[Shape, int]],
     movable_items: dict[int, list[tuple[int, int]]],
-    held: set[tuple[str, int]],
-    pool: frozenset[tuple[str, int]],
+    records: tuple[NodeRecord, ...],
     share_free: int,
 ) -> TypePlacement:
     """:class:`TypePlacement` of type ``t`` for the waiting jobs' ``shapes`` (with their member
     counts)."""
-    state, snap = sc.state, sc.state.snapshot
+    state = sc.state
     levels = levels_for(state.largest_node[tname])
     top = len(levels) - 1
-    # host resources used per node by the running jobs
-    cpu_used: dict[str, int] = defaultdict(int)
-    mem_used: dict[str, int] = defaultdict(int)
-    for job in state.running():
-        if job.cpu_milli or job.memory_mib:
-            for nid in {ref.node for ref in job.allocation or ()}:
-                cpu_used[nid] += job.cpu_milli or 0
-                mem_used[nid] += job.memory_mib or 0
     whole = [sh for sh, _ in shapes if not sh.spread and not sh.fractional]
     cpu_need = min((sh.cpu_milli for sh, _ in shapes), default=0)
     mem_need = min((sh.memory_mib for sh, _ in shapes), default=0)
@@ -741,15 +732,11 @@ def _type_placement(
     domains: dict[tuple[str, ...], list[int]] = {}
     cpu_free: int | None = 0
     mem_free: int | None = 0
-    for i, node in enumerate(snap.nodes):
-        if not node.available or node.gpu_type != tname:
+    for rec in records:
+        if rec.type != tname:
             continue
-        free = sum(
-            1 for g in range(node.gpus) if (node.id, g) not in held and (node.id, g) not in pool
-        )
-        c_left = None if node.cpu_milli is None else node.cpu_milli - cpu_used.get(node.id, 0)
-        m_left = None if node.memory_mib is None else node.memory_mib - mem_used.get(node.id, 0)
-        dom = state.domain(node.id, dlevel) if dlevel >= 0 else ()
+        i, free, c_left, m_left = rec.index, len(rec.free), rec.cpu, rec.mem
+        dom = state.domain(rec.id, dlevel) if dlevel >= 0 else ()
         holders = movable_items.get(i)
         if holders or free > 0:
             if c_left is None:

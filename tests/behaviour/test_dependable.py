@@ -160,6 +160,37 @@ def test_lost_node_gets_a_decision_on_every_backend(name: str) -> None:
     assert d.queue == ["b-six"]
 
 
+def straddling_loss_snapshot() -> dict[str, Any]:
+    """Node n1 failed under a 16-GPU job that also holds all of n0: the node loss stops it,
+    and n0's 8 GPUs are free again (a 4-GPU node shape and 1-GPU jobs wait for them)."""
+    snap = cluster(
+        types={"A100": (80.0, True)},
+        nodes={"n0": ("A100", 8), "n1": ("A100", 8)},
+        tenants={"a": {"A100": 8}, "b": {"A100": 8}},
+    )
+    snap["nodes"][1]["available"] = False
+    snap["jobs"] = [
+        running("wide", "b", [(n, g) for n in ("n0", "n1") for g in range(8)], start_s=1_000.0,
+                qos="best_effort"),
+        pending("a-four", "a", 4, submit_s=9_000.0),
+        pending("b-one", "b", 1, submit_s=9_000.0),
+        pending("b-two", "b", 2, submit_s=9_000.0),
+    ]
+    return snap
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_gpus_a_node_loss_frees_on_a_live_node_are_placed(name: str) -> None:
+    """The placement rows and the node records count the stopped job's GPUs on n0 as free (they
+    counted them as held, so every start stayed queued and the checker refused the decision)."""
+    state, d = solve(straddling_loss_snapshot(), name)
+    assert check_decision(state, d) == []
+    assert [(p.job, p.reason) for p in d.preempt] == [("wide", "node_unavailable")]
+    assert sorted(s.job for s in d.start) == ["a-four", "b-one", "b-two"]
+    assert all(r.node == "n0" for s in d.start for r in s.allocation)
+    assert d.queue == []
+
+
 # --- the workflow part's own fallback -------------------------------------------------------------
 
 WORKFLOW = DATA / "workflows" / "mapreduce_seed1.json"
