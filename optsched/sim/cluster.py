@@ -45,11 +45,12 @@ import math
 import random
 import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from optsched.engine.check import check_decision
+from optsched.engine.shape import default_pieces
 from optsched.engine.state import MEMORY_EPS, ClusterState
 from optsched.schema.snapshot import (
     GpuRef,
@@ -259,6 +260,53 @@ def _cols(*names: str) -> dict[str, list[Any]]:
     return {n: [] for n in names}
 
 
+def free_gpu_shape(
+    owner: Mapping[tuple[int, int], Any],
+    node_type: Sequence[str],
+    node_gpus: Sequence[int],
+    largest: Mapping[str, int],
+    waiting: Mapping[tuple[str, tuple[str, ...], int], int],
+) -> tuple[int, float, int]:
+    """The free GPUs, and how many of them the waiting jobs cannot use in their node shape.
+
+    A waiting job of ``g`` GPUs on a type whose largest node has ``L`` GPUs runs on one node
+    when ``g <= L``, else on whole nodes (:func:`optsched.engine.shape.default_pieces`): its
+    largest piece is ``min(g, L)`` GPUs, and a node with fewer free GPUs cannot hold it.
+    ``waiting`` counts the waiting jobs per (tenant, allowed types, GPUs).
+
+    * **fragmented** (FGD's measure, Weng et al., ATC'23, against the waiting jobs): the free
+      GPUs of each node times the share of the type's waiting jobs whose largest piece is
+      larger than the node's free GPUs;
+    * **stranded**: the free GPUs on nodes that hold no waiting job's largest piece at all.
+
+    Both are 0 where nothing waits for the type.
+    """
+    used: dict[int, int] = defaultdict(int)
+    for n, _ in owner:
+        used[n] += 1
+    pieces: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    for (_, types, gpus), count in waiting.items():
+        for t in types:
+            pieces[t][max(default_pieces(gpus, largest[t]))] += count
+    free = 0
+    frag = 0.0
+    stranded = 0
+    for n, t in enumerate(node_type):
+        f = node_gpus[n] - used.get(n, 0)
+        if f <= 0:
+            continue
+        free += f
+        want = pieces.get(t)
+        if not want:
+            continue
+        total = sum(want.values())
+        larger = sum(c for p, c in want.items() if p > f)
+        frag += f * larger / total
+        if larger == total:
+            stranded += f
+    return free, frag, stranded
+
+
 class Simulator:
     """Replays a :class:`~optsched.sim.trace.Trace` under one policy.
 
@@ -296,6 +344,10 @@ class Simulator:
         self.by_id = {j.id: j for j in self.jobs}
         self.node_index = {n.id: k for k, n in enumerate(trace.nodes)}
         self.node_type = [n.gpu_type for n in trace.nodes]
+        self.node_gpus = [n.gpus for n in trace.nodes]
+        self._largest: dict[str, int] = defaultdict(int)
+        for n in trace.nodes:
+            self._largest[n.gpu_type] = max(self._largest[n.gpu_type], n.gpus)
         self.owner: dict[tuple[int, int], _SimJob] = {}
         self.pending: dict[int, _SimJob] = {}
         self.running: dict[int, _SimJob] = {}
@@ -354,7 +406,8 @@ class Simulator:
             preemptions=_cols("t", "job", "reason", "lost_s", "gpus"),
             decisions=_cols("t", "seconds", "snapshot_s", "state_s", "check_s", "pending",
                             "running", "started", "preempted", "loaned_gpus",
-                            "on_loan_started", "status", "event"),
+                            "on_loan_started", "status", "event", "free_gpus",
+                            "fragmented_gpus", "stranded_gpus"),
             assurance=_cols("t", "tenant", "value"),
             notes=list(trace.notes),
             interference=self.truth.interference.source,
@@ -738,6 +791,7 @@ class Simulator:
         d["on_loan_started"].append(sum(1 for s in decision.start if s.on_loan))
         d["status"].append(decision.status)
         d["event"].append(event)
+        self._record_free(d)
         a = self.log.assurance
         for ten in sorted(decision.assurance):
             a["t"].append(self.now)
@@ -780,8 +834,18 @@ class Simulator:
         d["on_loan_started"].append(0)
         d["status"].append("feasible")
         d["event"].append(event)
+        self._record_free(d)
         self.assurance_state = None
         return True
+
+    def _record_free(self, d: dict[str, list[Any]]) -> None:
+        """Free, fragmented and stranded GPUs after a decision (see :func:`free_gpu_shape`)."""
+        free, frag, stranded = free_gpu_shape(
+            self.owner, self.node_type, self.node_gpus, self._largest, self._pending_fit
+        )
+        d["free_gpus"].append(free)
+        d["fragmented_gpus"].append(frag)
+        d["stranded_gpus"].append(stranded)
 
     def _apply(self, decision: Decision) -> None:
         ck = self.cfg.checkpoint_s

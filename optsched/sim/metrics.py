@@ -23,6 +23,11 @@ last submission of the trace, so the drain at the end does not dilute utilisatio
 * ``gpu_hours``: GPU-hours the jobs asked for (true runtime × GPUs, every job of the log);
   ``gpu_hours_held``: GPU-hours the jobs held GPUs over the whole run (host segments only: a
   guest sharing a host's GPUs holds none, as in ``utilization``);
+* ``fragmented_gpu_share`` and ``stranded_gpu_share``: the free GPUs after each decision that
+  the waiting jobs cannot use in their node shape (FGD's fragmentation measure against the
+  waiting jobs, and the GPUs on nodes that hold no waiting job's largest piece:
+  :func:`optsched.sim.cluster.free_gpu_shape`), each held until the next decision, averaged
+  over ``W`` and over capacity; ``free_gpu_share`` likewise for every free GPU;
 * ``offered_load``: ``gpu_hours`` over capacity × ``|W|`` (the demand of the trace against the
   cluster, the same for every policy of a seed); ``gpus`` (capacity), ``window_s`` (``|W|``).
 
@@ -98,6 +103,21 @@ def useful_utilization(log: EventLog, window: tuple[float, float] | None = None)
     lost = float((np.asarray(p["lost_s"], float) * np.asarray(p["gpus"], float))[inw].sum())
     overhead = float(np.asarray(p["gpus"], float)[inw].sum()) * log.restart_overhead_s
     return (work - lost - overhead) / (log.capacity * (w1 - w0))
+
+
+def decision_share(log: EventLog, column: str, window: tuple[float, float] | None = None) -> float:
+    """A per-decision GPU count of ``log.decisions[column]``, each held until the next decision
+    (the last one until the window's end), averaged over the window and over capacity."""
+    w0, w1 = window or log.window
+    d = log.decisions
+    if w1 <= w0 or log.capacity <= 0 or column not in d:
+        return math.nan
+    t = np.asarray(d["t"], float)
+    v = np.asarray(d[column], float)
+    if t.size == 0:
+        return math.nan
+    ends = np.append(t[1:], max(w1, float(t[-1])))
+    return float((_overlap(t, ends, w0, w1) * v).sum()) / (log.capacity * (w1 - w0))
 
 
 def _job_arrays(log: EventLog) -> dict[str, np.ndarray]:
@@ -177,6 +197,9 @@ def summarize(log: EventLog, window: tuple[float, float] | None = None) -> dict[
         "guaranteed_jobs": float(a["guaranteed"].sum()),
         "gpu_hours": demand_h,
         "gpu_hours_held": float(_held_gpu_seconds(log).sum()) / 3600,
+        "free_gpu_share": decision_share(log, "free_gpus", window),
+        "fragmented_gpu_share": decision_share(log, "fragmented_gpus", window),
+        "stranded_gpu_share": decision_share(log, "stranded_gpus", window),
         "offered_load": (demand_h * 3600 / (log.capacity * span)
                          if span > 0 and log.capacity > 0 else math.nan),
         "gpus": float(log.capacity),

@@ -44,6 +44,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from optsched.engine.ledger import NodePool
+from optsched.engine.shape import shape_of
 from optsched.predict.base import JobEstimate, PairEstimate, Predictions
 from optsched.schema.decision import Decision, Loan, Preempt, PreemptReason, SolverInfo, Start
 from optsched.schema.snapshot import GpuRef, Job, Snapshot
@@ -84,21 +86,9 @@ class DecisionBuilder:
         snap = state.snapshot
         self.now = snap.now
         self.types = state.type_names
-        self.free: dict[str, dict[str, list[int]]] = {t: {} for t in self.types}
-        held = state.gpu_holders
-        self.node_gpus: dict[str, int] = {}
-        pool = state.pool_gpus
-        for node in snap.nodes:
-            self.node_gpus[node.id] = node.gpus
-            if not node.available:
-                continue
-            nid = node.id
-            idle = [g for g in range(node.gpus) if (nid, g) not in held]
-            if pool:
-                idle = [g for g in idle if (nid, g) not in pool]
-            if idle:
-                self.free[node.gpu_type][node.id] = idle
-        self.free_n = {t: sum(len(v) for v in self.free[t].values()) for t in self.types}
+        # the engine's one placement rule: node shape, host CPU and memory, topology, shares
+        self.pool = NodePool.of(state)
+        self.node_gpus: dict[str, int] = {node.id: node.gpus for node in snap.nodes}
         self._victims: dict[str, list[Job]] | None = None
         self.use: dict[tuple[str, str], int] = defaultdict(int)
         self.own: dict[tuple[str, str], int] = defaultdict(int)
@@ -120,42 +110,15 @@ class DecisionBuilder:
 
     # ---------------------------------------------------------------- capacity
     def free_count(self, t: str) -> int:
-        return self.free_n[t]
+        """Whole GPUs of type ``t`` free on available nodes."""
+        return self.pool.total[t]
 
     def _place(self, job: Job, t: str) -> list[GpuRef] | None:
-        nodes = self.free[t]
-        need = job.gpus
-        if self.free_n[t] < need:
-            return None
-        # best fit on one node
-        best: str | None = None
-        for nid, idle in nodes.items():
-            if len(idle) >= need and (best is None or (len(idle), nid) < (len(nodes[best]), best)):
-                best = nid
-        picks: list[tuple[str, int]] = []
-        if best is not None:
-            picks = [(best, g) for g in nodes[best][:need]]
-        else:  # spread: fullest-free nodes first
-            for nid in sorted(nodes, key=lambda n: (-len(nodes[n]), n)):
-                for g in nodes[nid]:
-                    if len(picks) == need:
-                        break
-                    picks.append((nid, g))
-                if len(picks) == need:
-                    break
-        for nid, g in picks:
-            nodes[nid].remove(g)
-            if not nodes[nid]:
-                del nodes[nid]
-        self.free_n[t] -= need
-        return [GpuRef.model_construct(node=n, gpu=g) for n, g in picks]
+        """The job's GPUs of type ``t`` in its node shape (:class:`NodePool`), or ``None``."""
+        return self.pool.place(t, shape_of(self.state, job, t))
 
-    def _unplace(self, refs: list[GpuRef], t: str) -> None:
-        for r in refs:
-            lst = self.free[t].setdefault(r.node, [])
-            lst.append(r.gpu)
-            lst.sort()
-        self.free_n[t] += len(refs)
+    def _unplace(self, job: Job, refs: list[GpuRef], t: str) -> None:
+        self.pool.release(refs, shape_of(self.state, job, t))
 
     def loans(self, t: str) -> list[Loan] | None:
         """Loans covering every tenant's use of ``t`` above quota, or ``None`` if impossible."""
@@ -291,7 +254,7 @@ class DecisionBuilder:
         if not job.on_loan:
             self.own[key] -= job.gpus
         assert job.allocation is not None
-        self._unplace(list(job.allocation), t)
+        self._unplace(job, list(job.allocation), t)
 
     def loan_victims(self, t: str) -> list[Job]:
         """Running jobs of type ``t`` on loan (not guests), most recently started first."""

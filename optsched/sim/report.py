@@ -108,6 +108,17 @@ _WALL = Column(
     "sim_seconds", "wall s", "seconds",
     "wall-clock seconds one replay took (the policy's decisions, the checker and the "
     "simulator), mean over seeds: the cost of computing the schedule, not a job metric.")
+_FRAG = Column(
+    "fragmented_gpu_share", "fragmented", "ratio",
+    "free GPUs the waiting jobs cannot use in their node shape, FGD's measure: after each "
+    "decision, every node's free GPUs times the share of the waiting jobs (of its GPU type) "
+    "whose largest piece (the whole job when it fits a node, else a whole node) is larger "
+    "than what the node has free, held until the next decision, over GPUs × window length.")
+_STRAND = Column(
+    "stranded_gpu_share", "stranded", "ratio",
+    "free GPUs on nodes that hold no waiting job's largest piece at all (idle while jobs of "
+    "that GPU type wait, for the node shape alone), after each decision, over GPUs × window "
+    "length.")
 _JOBS = Column("jobs", "jobs", "count", "jobs of the row in the trace slice replayed.")
 _GUAR = Column(
     "guaranteed_jobs", "guaranteed", "count",
@@ -115,7 +126,7 @@ _GUAR = Column(
 
 TOTAL_COLUMNS: tuple[Column, ...] = (
     _UTIL, _USEFUL, _AVG_Q, _P95_Q, _AVG_J, _P95_J, _QOS, _PRE, _LOST, _LOANS, _RECL, _UNF,
-    _HELD, _WALL,
+    _HELD, _FRAG, _STRAND, _WALL,
 )
 """The totals table (one row per policy)."""
 

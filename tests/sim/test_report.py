@@ -93,11 +93,12 @@ def test_per_tenant_preemptions_belong_to_the_preempted_jobs_tenant() -> None:
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str, Path]:
-    """A tiny slice of the mini trace under three policies (one preempts, one reclaims)."""
+    """A slice of the mini trace under three policies (one preempts, one reclaims: in node shape
+    Kueue-like first reclaims after job 300)."""
     out = tmp_path_factory.mktemp("report") / "cmp"
     res = CliRunner().invoke(app, [
         "simulate", "--trace", "mini", "--policies", "tiresias,kueue,optsched",
-        "--seeds", "0,1", "--max-jobs", "300", "--time-limit-s", "0.3", "--out", str(out),
+        "--seeds", "0,1", "--max-jobs", "500", "--time-limit-s", "0.3", "--out", str(out),
         "--no-plots", "--workers", "1",
     ])
     assert res.exit_code == 0, res.output
@@ -191,7 +192,7 @@ def test_settings_are_the_ones_the_run_used(run: tuple[dict[str, Any], str, Path
     assert cfg["events"] and cfg["mode"] == "pooled" and cfg["load_scale"] == 1.0
     assert f"epoch {cfg['epoch_s']:g} s" in s and "mode `events`" in s
     assert "**mode**: `pooled`" in s and "time-compressed by 1 " in s
-    assert "**seeds**: 0, 1" in s and "`mini`" in s and "first 300 jobs" in s
+    assert "**seeds**: 0, 1" in s and "`mini`" in s and "first 500 jobs" in s
     assert f"offered load {_mean(summary, 'kueue', 'offered_load'):.3f}" in s
 
 
