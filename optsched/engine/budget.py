@@ -70,8 +70,8 @@ WALL_SAFETY = 1.5
 """A backend called without ``work_s`` (outside :func:`~optsched.solve_epoch`) takes the
 wall-clock limit divided by this as its work budget."""
 WALL_CLOCK_FALLBACK = (
-    "wall clock hit before the deterministic work budget was spent (a loaded machine); "
-    "greedy plan used"
+    "wall clock hit before the deterministic work budget was spent (a loaded machine, or a "
+    "limit the stages around the solver leave no time of at this snapshot's size); greedy plan used"
 )
 """The one label of a solver that the wall clock stopped or left no time for: the same text
 whatever the solver had found by then, so the decision is the same whenever the net fires."""

@@ -471,7 +471,7 @@ def _pieces(state: ClusterState, job: Job, gpu_type: str) -> tuple[int, ...] | N
         return (1,)
     if job.gpus_per_node is not None:
         return (job.gpus_per_node,) * (job.gpus // job.gpus_per_node)
-    largest = max((n.gpus for n in state.snapshot.nodes if n.gpu_type == gpu_type), default=0)
+    largest = state.largest_node.get(gpu_type, 0)  # the snapshot's largest node of the type
     if job.gpus <= largest or largest == 0:
         return (job.gpus,)
     return (largest,) * (job.gpus // largest) + ((job.gpus % largest,) if job.gpus % largest else ())

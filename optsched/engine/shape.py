@@ -129,29 +129,35 @@ def never_fits(state: ClusterState, shape: Shape, gpu_type: str) -> str | None:
 
 
 def _never_fits(state: ClusterState, shape: Shape, gpu_type: str) -> str | None:
-    nodes = state.available_nodes.get(gpu_type, [])
-    if not nodes:
+    profiles = state.node_profiles.get(gpu_type, [])
+    if not profiles:
         return None  # the type has no capacity: type_unavailable, decided elsewhere
     if not shape.spread:
         # the k-th largest piece needs k nodes at least that large
         sizes = state.node_sizes[gpu_type]
         if len(sizes) < shape.nodes or any(sizes[k] < p for k, p in enumerate(shape.pieces)):
             return "gpus_per_node"
-        big = [n for n in nodes if n.gpus >= shape.pieces[-1]]
+        big = [pr for pr in profiles if pr[0] >= shape.pieces[-1]]
     else:
-        big = nodes
-    cpu_ok = [n for n in big if n.cpu_milli is None or n.cpu_milli >= shape.cpu_milli]
-    if len(cpu_ok) < max(1, shape.nodes):
+        big = profiles
+    need = max(1, shape.nodes)
+    cpu_ok = [pr for pr in big if pr[1] is None or pr[1] >= shape.cpu_milli]
+    if sum(pr[3] for pr in cpu_ok) < need:
         return "cpu"
-    fit = [n for n in cpu_ok if n.memory_mib is None or n.memory_mib >= shape.memory_mib]
-    if len(fit) < max(1, shape.nodes):
+    fit = [pr for pr in cpu_ok if pr[2] is None or pr[2] >= shape.memory_mib]
+    if sum(pr[3] for pr in fit) < need:
         return "host_memory"
-    if shape.spread and sum(n.gpus for n in fit) < shape.gpus:
+    if shape.spread and sum(pr[0] * pr[3] for pr in fit) < shape.gpus:
         return "gpus_per_node"
     if shape.level >= 0 and shape.required and shape.nodes > 1:
         per_domain: dict[tuple[str, ...], list[int]] = defaultdict(list)
-        for n in fit:
-            per_domain[state.domain(n.id, shape.level)].append(n.gpus)
+        for n in state.available_nodes[gpu_type]:
+            if (
+                (shape.spread or n.gpus >= shape.pieces[-1])
+                and (n.cpu_milli is None or n.cpu_milli >= shape.cpu_milli)
+                and (n.memory_mib is None or n.memory_mib >= shape.memory_mib)
+            ):
+                per_domain[state.domain(n.id, shape.level)].append(n.gpus)
         if not any(_holds(sorted(sz, reverse=True), shape.pieces) for sz in per_domain.values()):
             return "topology"
     return None

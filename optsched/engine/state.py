@@ -384,6 +384,19 @@ class ClusterState:
         """Per GPU type: the GPU counts of its available nodes, largest first."""
         return {t: sorted((n.gpus for n in ns), reverse=True) for t, ns in self.available_nodes.items()}
 
+    @functools.cached_property
+    def node_profiles(self) -> dict[str, list[tuple[int, int | None, int | None, int]]]:
+        """Per GPU type: its available nodes grouped by (GPUs, CPU thousandths, host memory
+        MiB), with how many nodes have each: what an empty cluster could give a job, in a few
+        rows rather than one per node."""
+        out: dict[str, list[tuple[int, int | None, int | None, int]]] = {}
+        for t, ns in self.available_nodes.items():
+            count: dict[tuple[int, int | None, int | None], int] = defaultdict(int)
+            for n in ns:
+                count[(n.gpus, n.cpu_milli, n.memory_mib)] += 1
+            out[t] = [(g, c, m, k) for (g, c, m), k in count.items()]
+        return out
+
     def domain(self, node_id: str, level: int) -> tuple[str, ...]:
         """The node's domain at topology level ``level`` (an index of ``topology_levels``): the
         names of its domains from the outermost level down to that one, so a domain is named by

@@ -11,10 +11,14 @@ layer took 0.8 s), and runs one of two modes:
   nominal second): the MIP, warm-started from the greedy plan, stopped on a node limit
   (:data:`NODES_PER_S` per nominal second), so it proves optimality where it can;
 * **LP and rounding** above that: the LP relaxation (dual simplex, stopped on an iteration limit
-  of :data:`ITERATIONS_PER_S` per nominal second) gives a bound of the whole problem, and the plan
-  is the greedy plan guided by the LP's solution
-  (:func:`~optsched.engine.backends.greedy.guided_assignment`), reported ``feasible`` with that
-  bound (``optimal`` when the two meet within :data:`REL_GAP`).
+  of :data:`ITERATIONS_PER_S` per nominal second) gives a bound of the whole problem; the plan is
+  the best of the greedy plan guided by the LP's solution
+  (:func:`~optsched.engine.backends.greedy.guided_assignment`) and a RINS step (Danna, Rothberg
+  and Le Pape, 2005: every variable on which the LP's solution and the greedy plan agree is
+  fixed, and branch and bound, warm-started from the greedy plan and stopped on a node limit,
+  searches the rest), reported ``feasible`` with the LP's bound (``optimal`` when the two meet
+  within :data:`REL_GAP`). On a 10,000-GPU snapshot (large seed 0) the guided plan was 3.6%
+  below the LP's bound and the RINS plan 1.4% (the optimum, 14.9 s of branch and bound, 0.4%).
 
 Determinism: both modes stop on work limits derived from ``params.work_s`` with a fixed seed,
 never on measured time, so the same problem gives the same answer on an idle or a loaded
@@ -257,14 +261,25 @@ class HighsBackend:
         lp_bound = res.termination.objective_bounds.dual_bound + lin.offset
         a = guided_assignment(problem, lin, values)
         obj = a.objective(problem)
+        how = "the greedy plan guided by its solution"
         if hint is not None and hint.objective(problem) > obj:
             a, obj = hint, hint.objective(problem)
+            how = "the greedy plan"
+        iters = res.solve_stats.simplex_iterations
+        proven = obj >= lp_bound - REL_GAP * max(1.0, abs(lp_bound))
+        if hint is not None and not proven:
+            step = self._rins(problem, params, lin, values, hint, work, t0)
+            if step is None:  # the wall clock ended it: as in branch and bound, not reproducible
+                return SolveResult(SolveStatus.NO_SOLUTION, self.name, time.monotonic() - t0,
+                                   detail=f"RINS after the LP relaxation ({WALL_CLOCK_HIT})")
+            if step.assignment is not None and step.objective is not None and step.objective > obj + 1e-9:
+                a, obj = step.assignment, step.objective
+                how = f"RINS from the greedy plan ({step.detail.split('; ')[0]})"
         proven = obj >= lp_bound - REL_GAP * max(1.0, abs(lp_bound))
         seconds = time.monotonic() - t0
-        iters = res.solve_stats.simplex_iterations
         detail = (
-            f"LP relaxation ({iters} simplex iterations) bounds the problem; the plan is the "
-            f"greedy plan guided by its solution; {lin.n} vars, {len(lin.rows)} rows"
+            f"LP relaxation ({iters} simplex iterations) bounds the problem; the plan is "
+            f"{how}; {lin.n} vars, {len(lin.rows)} rows"
         )
         return SolveResult(
             status=SolveStatus.OPTIMAL if proven else SolveStatus.FEASIBLE,
@@ -275,3 +290,35 @@ class HighsBackend:
             bound=max(lp_bound, obj),
             detail=detail,
         )
+
+    def _rins(
+        self, problem: EpochProblem, params: SolveParams, lin: LinearModel, lp: Sequence[float],
+        hint: Assignment, work: float, t0: float,
+    ) -> SolveResult | None:
+        """Branch and bound over the variables on which the LP's solution ``lp`` and the greedy
+        plan ``hint`` disagree (the others fixed at the plan's values), warm-started from the
+        plan and stopped on a node limit; ``None`` when the wall clock stopped it."""
+        x = from_assignment(lin, problem, hint)
+        if not is_feasible(lin, x):
+            return SolveResult(SolveStatus.NO_SOLUTION, self.name, 0.0, detail="no feasible start")
+        mp = model_proto(lin, integer=True)
+        lbs, ubs = mp.variables.lower_bounds, mp.variables.upper_bounds
+        free = 0
+        for k, v in enumerate(lp):
+            if abs(v - x[k]) <= 1e-6:
+                lbs[k] = ubs[k] = x[k]
+            else:
+                free += 1
+        budget = max(0.01, params.time_limit_s - (time.monotonic() - t0))
+        sp = _parameters(params, budget, {})
+        sp.relative_gap_tolerance = REL_GAP
+        nodes = max(MIN_NODES, round(work * NODES_PER_S))
+        sp.node_limit = nodes
+        res, wall = _solve(mp, sp, x, budget)
+        if wall:
+            return None
+        has = len(res.solutions) > 0 and res.solutions[0].HasField("primal_solution")
+        if not has:
+            return SolveResult(SolveStatus.NO_SOLUTION, self.name, 0.0, detail="no solution")
+        return solved(lin, problem, _values(res, lin.n), SolveStatus.FEASIBLE, self.name, 0.0, None,
+                      f"{free} of {lin.n} variables free, node limit {nodes}")
