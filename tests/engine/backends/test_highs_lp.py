@@ -26,8 +26,9 @@ def test_lp_mode_bounds_the_optimum_and_rins_never_loses(size: str, seed: int) -
     state = load_state(generate(size, seed))
     p = _prepare(state, SolveParams(), PRED, {}).problem
     greedy = greedy_assignment(p)
-    lp = get_backend("highs").solve(p, SolveParams(time_limit_s=60, work_s=2.0, extra={"mode": "lp"}), greedy)
-    mip = get_backend("highs").solve(p, SolveParams(time_limit_s=60, work_s=20.0, extra={"mode": "mip"}), greedy)
+    highs = get_backend("highs")
+    lp = highs.solve(p, SolveParams(time_limit_s=60, work_s=2.0, extra={"mode": "lp"}), greedy)
+    mip = highs.solve(p, SolveParams(time_limit_s=60, work_s=20.0, extra={"mode": "mip"}), greedy)
     assert mip.status == SolveStatus.OPTIMAL and mip.objective is not None
     assert lp.status in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE)
     assert lp.objective is not None and lp.bound is not None and lp.assignment is not None
