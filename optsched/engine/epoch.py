@@ -513,7 +513,7 @@ def _checked_decision(
     _Rejected
         When the decision fails the checker.
     """
-    from optsched.engine.backends.greedy import place_plan, unplace
+    from optsched.engine.backends.greedy import drop_unused_preemptions, place_plan, unplace
     from optsched.engine.check import check_decision
     from optsched.engine.decode import Unplaced, to_decision
     from optsched.engine.lookahead import annotate
@@ -521,7 +521,19 @@ def _checked_decision(
     held = sum(h.held for h in ep.reservations.holds)
     added, fill_notes = _fill_pass(ep, problem, a, held)
     unplaced = 0
+    kept = 0
     for _ in range(MAX_DECODE_ROUNDS):
+        failed = place_plan(problem, a)
+        if failed:
+            unplaced += len(failed)
+            added += unplace(problem, a, failed)
+            continue
+        if problem.node_records:
+            # a start placed on other nodes than its victims' leaves their GPUs idle: those
+            # victims keep running (the plan stays valid; its value only grows)
+            before = len(a.preempt)
+            drop_unused_preemptions(problem, a, placed=True)
+            kept += before - len(a.preempt)
         notes = [*ep.notes, *fill_notes]
         if unplaced:
             notes.append(
@@ -529,7 +541,7 @@ def _checked_decision(
                 "topology, shares or pieces the model counts in chunks) stay queued"
             )
         obj = a.objective(problem)
-        proven_whole = problem.complete and added == 0 and held == 0 and unplaced == 0
+        proven_whole = problem.complete and added == 0 and held == 0 and unplaced == 0 and kept == 0
         status, bound = _status_and_bound(res, problem, obj, proven_whole, notes)
         gap = None if bound is None else abs(bound - obj) / max(1.0, abs(bound))
         info = SolverInfo(
@@ -543,11 +555,6 @@ def _checked_decision(
             stage_seconds={},
             notes=notes,
         )
-        failed = place_plan(problem, a)
-        if failed:
-            unplaced += len(failed)
-            added += unplace(problem, a, failed)
-            continue
         try:
             d = to_decision(ep.state, problem, a, ep.predictions, ep.signal, info, status)
             break

@@ -204,6 +204,10 @@ class NodePool:
         for t in types:
             self.partial[t].sort()
         self.frag = {t: _frag_table(n) for t, n in largest.items()}
+        self.prefer: set[int] = set()
+        """Node indices whole-GPU pieces go to first when one holds them (the nodes a plan's
+        stops free: its starts take those GPUs before others, so no stop leaves GPUs idle that
+        a start of the plan took elsewhere)."""
 
     @classmethod
     def of(
@@ -318,7 +322,18 @@ class NodePool:
     def _best(
         self, t: str, p: int, shape: Shape, skip: set[int], inside: tuple[int, tuple[str, ...]] | None
     ) -> _Node | None:
-        """The node a piece of ``p`` whole GPUs goes to (see the class docstring)."""
+        """The node a piece of ``p`` whole GPUs goes to (see the class docstring): one of
+        :attr:`prefer` when one holds it, else any."""
+        if self.prefer:
+            node = self._best_of(t, p, shape, skip, inside, self.prefer)
+            if node is not None:
+                return node
+        return self._best_of(t, p, shape, skip, inside, None)
+
+    def _best_of(
+        self, t: str, p: int, shape: Shape, skip: set[int], inside: tuple[int, tuple[str, ...]] | None,
+        among: set[int] | None,
+    ) -> _Node | None:
         buckets = self.buckets[t]
         table = self.frag[t]
         order = sorted(
@@ -328,7 +343,7 @@ class NodePool:
         )
         for _, c in order:
             for i in buckets[c]:
-                if i in skip:
+                if i in skip or (among is not None and i not in among):
                     continue
                 node = self.nodes[i]
                 assert node is not None

@@ -142,12 +142,30 @@ def _rationed(state: ClusterState, d: Decision) -> bool:
 
 
 def _freed_and_used(state: ClusterState, d: Decision) -> tuple[Counter[str], Counter[str]]:
-    """GPUs freed by reclaim/priority preemptions and GPUs taken by exclusive starts, per type."""
+    """GPUs freed by reclaim/priority preemptions and GPUs taken by exclusive starts, per type.
+
+    A tenant's own best-effort job stopped for priority while the tenant starts guaranteed work
+    inside its quota on the type frees *quota* for that start: in node shape the start may need
+    a whole node elsewhere, so those GPUs (up to what the tenant starts inside quota there)
+    count as used by the start, wherever they are."""
     freed: Counter[str] = Counter()
+    own_in_quota: Counter[tuple[str, str]] = Counter()
+    for s in d.start:
+        job = state.job(s.job)
+        if not s.on_loan and not s.colocated_with and job.qos == "guaranteed":
+            own_in_quota[(job.tenant, state.node_type(s.allocation[0].node))] += len(s.allocation)
+    for_quota: Counter[tuple[str, str]] = Counter()
     for p in d.preempt:
         if p.reason in ("reclaim", "priority") and p.job not in state.host_of:
             job = state.job(p.job)
-            freed[state.job_type(job)] += job.gpus
+            t = state.job_type(job)
+            key = (job.tenant, t)
+            if p.reason == "priority" and job.qos != "guaranteed" and not job.on_loan:
+                take = max(0, min(job.gpus, own_in_quota[key] - for_quota[key]))
+                for_quota[key] += take
+                freed[t] += job.gpus - take
+                continue
+            freed[t] += job.gpus
     used: Counter[str] = Counter()
     for s in d.start:
         if not s.colocated_with:
@@ -353,10 +371,9 @@ def test_greedy_is_stable_with_every_knob_at_venus_size() -> None:
     run_epochs(with_every_knob(generate("venus", 1), 1), GREEDY)
 
 
-VENUS_HIGHS_KNOWN = {
-    1: "victims' caps ration GPUs for another tenant's guaranteed jobs: a best-effort job an "
-    "earlier epoch started in its tenant's idle quota is taken by a later wave (epoch 38)",
-}
+VENUS_HIGHS_KNOWN: dict[int, str] = {}
+"""Seeds known to break the property, with why (seed 1's rationing, epoch 38, went with node
+shape: the one model now places the wave's jobs on other nodes)."""
 
 
 @pytest.mark.slow  # Venus size: about 400 s together; .ci/run runs them
@@ -368,7 +385,7 @@ VENUS_HIGHS_KNOWN = {
         else s
         for s in range(4)
     ],
-)
+)  # seed 1 passes since node shape (the wave no longer takes it): VENUS_HIGHS_KNOWN is empty
 def test_highs_is_stable_with_every_knob_at_venus_size(seed: int) -> None:
     run_epochs(with_every_knob(generate("venus", seed), seed), HIGHS)
 

@@ -265,10 +265,13 @@ def _preempt(ledger: _Tally, p: EpochProblem, r: int, sign: int = 1) -> None:
         ledger.freed[run.type] += sign * run.gpus
         ledger.chunks.preempt(r, sign)
         if ledger.nodes is not None and run.alloc:
+            pool = ledger.nodes
             if sign > 0:
-                ledger.nodes.release(list(run.alloc), _held(run))
+                pool.release(list(run.alloc), _held(run))
+                # starts take a victim's GPUs first: they are what its stop was for
+                pool.prefer.update(pool.by_id[x.node].index for x in run.alloc if x.node in pool.by_id)
             else:
-                ledger.nodes.take(run.alloc, _held(run))
+                pool.take(run.alloc, _held(run))
 
 
 def _resize(ledger: _Tally, p: EpochProblem, r: int, d: int) -> None:
@@ -389,7 +392,7 @@ def greedy_assignment(p: EpochProblem) -> Assignment:
     _run(p, a, ledger, reclaim=True)
     _priority(p, a, ledger)
     _sync(ledger, a)
-    _drop_unused_preemptions(p, a)
+    drop_unused_preemptions(p, a)
     _grow(p, a)
     return a
 
@@ -423,6 +426,10 @@ def place_plan(p: EpochProblem, a: Assignment) -> list[tuple[int, int, bool]]:
     slots: dict[tuple[int, int], list[int]] = defaultdict(list)
     for (c, t), stack in ledger.placed.items():
         slots[(c, t)] = [n for n, refs in enumerate(stack) if refs is None]
+    # starts take the GPUs the plan's stops free before any other: a victim's GPUs are what
+    # its stop was for
+    pool.prefer = {pool.by_id[r.node].index for x in a.preempt for r in p.running[x].alloc
+                   if r.node in pool.by_id}
     for _, _, _, _, c, t, loan in sorted(todo):
         refs = pool.place(p.types[t], p.pending[c].shape_on(t))
         n = slots[(c, t)].pop(0)
@@ -730,7 +737,7 @@ def unplace(p: EpochProblem, a: Assignment, failed: list[tuple[int, int, bool]])
             other = cls.shape_on(t)
             if _at_least(other, sh):
                 a.blocked[(d, t)] = a.on_type(d, t)
-    _drop_unused_preemptions(p, a)
+    drop_unused_preemptions(p, a)
     return fill(p, a)
 
 
@@ -749,9 +756,14 @@ def _at_least(big: Shape, small: Shape) -> bool:
     )
 
 
-def _drop_unused_preemptions(p: EpochProblem, a: Assignment) -> None:
+def drop_unused_preemptions(p: EpochProblem, a: Assignment, placed: bool = False) -> None:
     """Keep the rule that GPUs freed on a type are used there: undo reclaims whose GPUs no
-    start took (never those the on-loan deficit forces). One ledger, trial undo in place."""
+    start took (never those the on-loan deficit forces). One ledger, trial undo in place.
+
+    ``placed``: every start of ``a`` has its GPUs (after :func:`place_plan`), so a stop whose
+    GPUs no start took is tried whatever the type's counts say (a start placed on other nodes
+    leaves them idle even where the counts balance); on a type with an on-loan deficit the
+    counts still decide."""
     ledger = _Tally(p, a)
     guests_of: dict[str, list[int]] = {}
     for g, x in enumerate(p.running):
@@ -762,6 +774,8 @@ def _drop_unused_preemptions(p: EpochProblem, a: Assignment) -> None:
     }
     for t in range(len(p.types)):
         over = ledger.freed[t] - ledger.started[t] - p.deficit[t]
+        if placed and ledger.nodes is not None and p.deficit[t] == 0:
+            over = ledger.freed[t]
         if over <= 0:
             continue
         for r in sorted(
@@ -976,5 +990,5 @@ def guided_assignment(p: EpochProblem, m: LinearModel, values: Sequence[float]) 
     _run(p, a, ledger, reclaim=True)
     _priority(p, a, ledger)
     _sync(ledger, a)
-    _drop_unused_preemptions(p, a)
+    drop_unused_preemptions(p, a)
     return a
