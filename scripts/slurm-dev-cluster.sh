@@ -34,6 +34,10 @@ GPUS_PER_NODE=8
 CPUS_PER_NODE=16
 MEM_PER_NODE=64000
 PARTITIONS=(a b c)
+SHARDS_PER_GPU=4
+# Network topology (topology/tree): two leaf switches under one top switch.
+declare -A SWITCH_NODES=([s1]="n1,n2" [s2]="n3,n4")
+TOP_SWITCH=top
 
 die() { echo "slurm-dev-cluster: error: $*" >&2; exit 1; }
 say() { [[ "${SLURM_DEV_QUIET:-0}" == 1 ]] || echo "slurm-dev-cluster: $*" >&2; }
@@ -168,7 +172,8 @@ write_config() {
         echo "SchedulerParameters=batch_sched_delay=0"
         echo "SelectType=select/cons_tres"
         echo "SelectTypeParameters=CR_CPU" # memory not consumable: jobs share nodes by CPU and GPU
-        echo "GresTypes=gpu"
+        echo "GresTypes=gpu,shard"
+        echo "TopologyPlugin=topology/tree"
         echo "MailProg=/bin/true"
         echo "MpiDefault=none"
         echo "ReturnToService=2"
@@ -184,7 +189,8 @@ write_config() {
             n=${NODES[$i]}
             t=${GPU_TYPE[$n]}
             echo "NodeName=$n NodeHostname=localhost NodeAddr=127.0.0.1 Port=${ports[$((i + 1))]}" \
-                "CPUs=$CPUS_PER_NODE RealMemory=$MEM_PER_NODE Gres=gpu:$t:$GPUS_PER_NODE State=UNKNOWN"
+                "CPUs=$CPUS_PER_NODE RealMemory=$MEM_PER_NODE" \
+                "Gres=gpu:$t:$GPUS_PER_NODE,shard:$((GPUS_PER_NODE * SHARDS_PER_GPU)) State=UNKNOWN"
         done
         for ((i = 0; i < ${#PARTITIONS[@]}; i++)); do
             local default=NO
@@ -197,8 +203,19 @@ write_config() {
     {
         for n in "${NODES[@]}"; do
             echo "NodeName=$n Name=gpu Type=${GPU_TYPE[$n]} File=$DIR/dev/$n/nvidia[0-$((GPUS_PER_NODE - 1))]"
+            # Shards: SHARDS_PER_GPU on each GPU (Count is spread evenly over the files).
+            echo "NodeName=$n Name=shard Count=$((GPUS_PER_NODE * SHARDS_PER_GPU))" \
+                "File=$DIR/dev/$n/nvidia[0-$((GPUS_PER_NODE - 1))]"
         done
     } >"$DIR/etc/gres.conf"
+
+    {
+        local sw
+        for sw in $(printf '%s\n' "${!SWITCH_NODES[@]}" | sort); do
+            echo "SwitchName=$sw Nodes=${SWITCH_NODES[$sw]}"
+        done
+        echo "SwitchName=$TOP_SWITCH Switches=$(printf '%s\n' "${!SWITCH_NODES[@]}" | sort | paste -sd,)"
+    } >"$DIR/etc/topology.conf"
 
     # slurmd 22.05 dies on cgroup detection without this, even with proctrack/task not cgroup.
     echo "CgroupPlugin=cgroup/v1" >"$DIR/etc/cgroup.conf"

@@ -380,19 +380,39 @@ def test_a_one_node_job_no_node_holds_waits_in_the_engine_not_split() -> None:
     assert host.store.actions("test", job="3") == []
 
 
-def test_a_start_slurm_cannot_shape_is_deferred_and_the_epoch_decided_again() -> None:
-    """A job asking 2 GPUs on each of 2 nodes (-N2 --gres=gpu:2) reaches the engine as a 4-GPU
-    gang of the default shape (one node: the snapshot carries no ``gpus_per_node``), which the
-    engine places on n1, the one node with GPUs free (5); no two nodes have 2 GPUs free, so the
-    start is deferred and the epoch decided again without it: the GPUs go to jobs that can start."""
+def test_a_per_node_job_reaches_the_engine_in_its_shape_and_nothing_is_deferred() -> None:
+    """A job asking 2 GPUs on each of 2 nodes (-N2 --gres=gpu:2) reaches the engine with
+    ``gpus_per_node`` 2: with 5 GPUs free on n1 and none on n2 no two nodes hold it, so the
+    engine queues it (it is never split onto n1 alone) and the adapter defers nothing; the
+    GPUs go to the jobs that can start."""
     host = _shape_host({"n1": (0, 1, 2), "n2": tuple(range(8))}, [("3", 2, 2), ("4", 1, 1), ("5", 1, 1)])
     r = HostLoop(host, host.store).step()
     assert not r.refused
-    assert [(a.job, a.outcome) for a in r.actions] == [("3", "deferred")]
-    assert "decided on n1:4; it asks 2 GPUs on each of 2 node(s)" in r.actions[0].reason
+    job = next(j for j in r.snapshot.jobs if j.id == "3")
+    assert (job.gpus, job.gpus_per_node) == (4, 2)
+    assert [(a.job, a.outcome) for a in r.actions] == []
     assert {s.job for s in host.applied.start} == {"4", "5"}
-    assert "3" not in {j.id for j in r.snapshot.jobs}
-    assert [a.outcome for a in host.store.actions("test", job="3")] == ["deferred"]
+    assert "3" in host.applied.queue
+    assert host.store.actions("test", job="3") == []
+
+
+def test_the_shape_safety_net_defers_a_split_decision_no_nodes_can_reshape() -> None:
+    """The defer path stays as a safety net for a decision Slurm cannot express: a decision
+    that puts the 2 x 2 job on four GPUs of n1 (the engine never does; made by hand here) is
+    named unrealizable, since no two nodes have 2 GPUs free."""
+    from optsched import Snapshot as Snap
+
+    host = _shape_host({"n1": (0, 1, 2), "n2": tuple(range(8))}, [("3", 2, 2)])
+    snap = Snap.model_validate(build_snapshot(host.cfg, host.observe()).snapshot)
+    host.last_built = build_snapshot(host.cfg, host.observe())
+    split = Decision.model_validate({
+        "now": snap.now, "status": "feasible", "solver": {"backend": "x", "seconds": 0},
+        "start": [{"job": "3", "allocation": [{"node": "n1", "gpu": g} for g in (3, 4, 5, 6)],
+                   "on_loan": False}],
+    })
+    assert host.unrealizable(snap, split) == {
+        "3": "decided on n1:4; it asks 2 GPUs on each of 2 node(s) and no such nodes are free"
+    }
 
 
 def test_after_the_last_redecision_leftover_starts_are_skipped_not_crashed_on() -> None:
@@ -555,6 +575,12 @@ class _FakeSlurm:
 
     def hold(self, job_id: int) -> None:
         pass
+
+    def switches(self) -> dict[int, int]:
+        return {}
+
+    def topology(self) -> list[Any]:
+        return []
 
     def requeue_hold(self, job_id: int) -> None:  # pragma: no cover - no preemption here
         raise AssertionError("no preemption expected")
