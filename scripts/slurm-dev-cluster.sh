@@ -9,15 +9,19 @@
 # Everything lives under DIR (default: a fresh temporary folder): its own munge key, socket and
 # pid file (the system's munge is not touched), slurm.conf, gres.conf, cgroup.conf,
 # job_submit.lua, state, spool, logs, pid files and the fake GPU device files. Ports are picked
-# free on 127.0.0.1 at each `up`. Nodes: n1,n2 with gpu:a100:8, n3,n4 with gpu:v100:8, 16 CPUs
+# free on 127.0.0.1 at each `up`. Nodes: n1,n2 with gpu:a100:8, n3,n4 with gpu:v100:8, each GPU
+# also split into 4 shards (gres/shard: --gres=shard:N takes N quarters of one GPU), 16 CPUs
 # and 64 GB each (SlurmdParameters=config_overrides: the machine may have 2 cores). Partitions
 # a, b, c (default a) each span all four nodes; accounts are free text (there is no slurmdbd).
+# topology.conf: switches s1 (n1,n2) and s2 (n3,n4) under switch top (see SWITCHES).
 #
 # Environment:
 #   GATE=on|off       on (default): job_submit.lua sets priority 0 on every job, so Slurm starts
 #                     nothing by itself and an external policy starts jobs with
 #                     `scontrol update JobId=X ReqNodeList=... StartTime=now; scontrol release X`.
 #                     off: no job_submit plugin; Slurm's own scheduler (sched/builtin) runs jobs.
+#   SWITCHES="s1:n1,n2 s2:n3,n4"  the leaf switches of topology.conf (that default), each
+#                     SWITCH:NODES; one top switch joins them (TopologyPlugin=topology/tree).
 #   UP_TIMEOUT=S      seconds to wait for the four nodes to be idle (default 60).
 #   SLURM_DEV_QUIET=1 `up` prints only the export lines.
 #   WATCH_PID=PID     `up` also starts a watchdog that runs `down DIR` once process PID is gone
@@ -34,6 +38,10 @@ GPUS_PER_NODE=8
 CPUS_PER_NODE=16
 MEM_PER_NODE=64000
 PARTITIONS=(a b c)
+SHARDS_PER_GPU=4
+# Network topology (topology/tree): leaf switches (SWITCHES, default s1 over n1,n2 and s2 over
+# n3,n4) under one top switch.
+TOP_SWITCH=top
 
 die() { echo "slurm-dev-cluster: error: $*" >&2; exit 1; }
 say() { [[ "${SLURM_DEV_QUIET:-0}" == 1 ]] || echo "slurm-dev-cluster: $*" >&2; }
@@ -168,7 +176,8 @@ write_config() {
         echo "SchedulerParameters=batch_sched_delay=0"
         echo "SelectType=select/cons_tres"
         echo "SelectTypeParameters=CR_CPU" # memory not consumable: jobs share nodes by CPU and GPU
-        echo "GresTypes=gpu"
+        echo "GresTypes=gpu,shard"
+        echo "TopologyPlugin=topology/tree"
         echo "MailProg=/bin/true"
         echo "MpiDefault=none"
         echo "ReturnToService=2"
@@ -184,7 +193,8 @@ write_config() {
             n=${NODES[$i]}
             t=${GPU_TYPE[$n]}
             echo "NodeName=$n NodeHostname=localhost NodeAddr=127.0.0.1 Port=${ports[$((i + 1))]}" \
-                "CPUs=$CPUS_PER_NODE RealMemory=$MEM_PER_NODE Gres=gpu:$t:$GPUS_PER_NODE State=UNKNOWN"
+                "CPUs=$CPUS_PER_NODE RealMemory=$MEM_PER_NODE" \
+                "Gres=gpu:$t:$GPUS_PER_NODE,shard:$((GPUS_PER_NODE * SHARDS_PER_GPU)) State=UNKNOWN"
         done
         for ((i = 0; i < ${#PARTITIONS[@]}; i++)); do
             local default=NO
@@ -197,8 +207,21 @@ write_config() {
     {
         for n in "${NODES[@]}"; do
             echo "NodeName=$n Name=gpu Type=${GPU_TYPE[$n]} File=$DIR/dev/$n/nvidia[0-$((GPUS_PER_NODE - 1))]"
+            # Shards: SHARDS_PER_GPU on each GPU (Count is spread evenly over the files).
+            echo "NodeName=$n Name=shard Count=$((GPUS_PER_NODE * SHARDS_PER_GPU))" \
+                "File=$DIR/dev/$n/nvidia[0-$((GPUS_PER_NODE - 1))]"
         done
     } >"$DIR/etc/gres.conf"
+
+    {
+        local sw leaves=()
+        for sw in ${SWITCHES:-s1:n1,n2 s2:n3,n4}; do
+            [[ "$sw" =~ ^[A-Za-z0-9_]+:[A-Za-z0-9_,]+$ ]] || die "SWITCHES: '$sw' is not SWITCH:NODE,NODE"
+            echo "SwitchName=${sw%%:*} Nodes=${sw#*:}"
+            leaves+=("${sw%%:*}")
+        done
+        echo "SwitchName=$TOP_SWITCH Switches=$(IFS=,; echo "${leaves[*]}")"
+    } >"$DIR/etc/topology.conf"
 
     # slurmd 22.05 dies on cgroup detection without this, even with proctrack/task not cgroup.
     echo "CgroupPlugin=cgroup/v1" >"$DIR/etc/cgroup.conf"

@@ -11,9 +11,14 @@ every run, requeued ones included, over 32 GPUs x the makespan).
 
 The stream (:func:`make_stream`): Poisson arrivals whose rate follows Venus' hour-of-day
 submission profile compressed into ``span_s``; gang sizes drawn from Venus' GPU-count
-distribution (1, 2, 4, 8, 16 GPUs; 16 = two whole nodes); lognormal durations (median 8 s,
-sigma 1.0, capped at 60 s); four tenants with unequal offered load (two guaranteed ones, one of
-them over its quota, and two best-effort ones).
+distribution (1, 2, 4, 8, 16 GPUs) in their Slurm node shape: 16 GPUs are two whole nodes
+(``-N2 --gres=gpu:8``), half of the 8-GPU jobs ask 4 GPUs on each of two nodes
+(``-N2 --gres=gpu:4``), and a quarter of the 1-GPU jobs ask half a GPU (``--gres=shard:2``,
+gres/shard); lognormal durations (median 8 s, sigma 1.0, capped at 60 s); four tenants with
+unequal offered load (two guaranteed ones, one of them over its quota, and two best-effort ones).
+
+The optsched run also reports, from the adapter's store, its epochs and every start by outcome:
+``deferred`` and ``skipped`` starts, and how many of those were for the job's node shape.
 """
 
 from __future__ import annotations
@@ -42,6 +47,11 @@ HOUR_WEIGHTS = (
 """Share of Venus GPU-job submissions per hour of day (as in the shipped mini trace)."""
 GPU_SIZES = ((1, 0.52), (2, 0.10), (4, 0.10), (8, 0.13), (16, 0.06))
 """Venus' GPU-count distribution, truncated to two whole nodes."""
+SPLIT_8 = 0.5
+"""Share of the 8-GPU jobs that ask 4 GPUs on each of two nodes (``-N2 --gres=gpu:4``)."""
+SHARD_1 = 0.25
+"""Share of the 1-GPU jobs that ask half a GPU (``--gres=shard:2`` of the dev cluster's 4)."""
+SHARDS_PER_GPU = 4
 TOTAL_GPUS = 32
 
 # tenant: (Slurm account, qos class, max_queue_delay_s or None, share of the offered load)
@@ -116,6 +126,15 @@ class DemoJob:
     gpus: int
     duration_s: int
     arrival_s: float
+    nodes: int = 1
+    """Nodes it asks (``-N``); its GPUs are ``gpus // nodes`` on each."""
+    shards: int = 0
+    """Shards of one GPU it asks instead of GPUs (``gpus`` is then 1: one GPU's slot)."""
+
+    @property
+    def gpu_share(self) -> float:
+        """GPUs it occupies: a job of shards takes a share of one."""
+        return self.shards / SHARDS_PER_GPU if self.shards else float(self.gpus)
 
 
 def make_stream(spec: DemoSpec) -> list[DemoJob]:
@@ -135,26 +154,49 @@ def make_stream(spec: DemoSpec) -> list[DemoJob]:
     arrivals = sorted((h + rng.random()) / 24 * spec.span_s for h in hours)
     names = list(TENANTS)
     shares = [TENANTS[t][3] for t in names]
+    shape_rng = random.Random(spec.seed + 1)  # the node shapes: the stream above stays as it was
     out = []
     for i in range(spec.jobs):
         tenant = rng.choices(names, shares)[0]
-        out.append(
-            DemoJob(f"d{i:04d}-{tenant}-g{sizes[i]}", tenant, sizes[i], durs[i], round(arrivals[i], 2))
-        )
+        g, nodes, shards, tag = sizes[i], 1, 0, f"g{sizes[i]}"
+        if g == 16:
+            nodes, tag = 2, "g16n2"
+        elif g == 8 and shape_rng.random() < SPLIT_8:
+            nodes, tag = 2, "g8n2"
+        elif g == 1 and shape_rng.random() < SHARD_1:
+            shards, tag = 2, "s2"
+        out.append(DemoJob(f"d{i:04d}-{tenant}-{tag}", tenant, g, durs[i], round(arrivals[i], 2),
+                           nodes=nodes, shards=shards))
     return out
 
 
 def _submit(client: SlurmClient, job: DemoJob) -> int:
-    """``sbatch`` one job: 16 GPUs as two whole nodes, else one node; a 5-minute time limit."""
-    two = job.gpus == 16
+    """``sbatch`` one job in its shape (``-N K --gres=gpu:G`` per node, or ``--gres=shard:N``);
+    a 5-minute time limit."""
     return client.submit(
         seconds=job.duration_s,
         name=job.name,
         account=TENANTS[job.tenant][0],
-        gpus=8 if two else job.gpus,
-        nodes=2 if two else 1,
-        extra=["--time=5"],
+        gpus=0 if job.shards else job.gpus // job.nodes,
+        nodes=job.nodes,
+        extra=["--time=5", *([f"--gres=shard:{job.shards}"] if job.shards else [])],
     )
+
+
+def store_counts(store: Any, cluster: str) -> dict[str, Any]:
+    """What the adapter did, from its store: epochs, epochs refused, and starts by outcome,
+    with the deferred and skipped ones that were for a job's node shape."""
+    epochs = store.epochs(cluster, limit=1_000_000)
+    acts = [a for a in store.actions(cluster, limit=1_000_000) if a.action == "start"]
+    shape_words = ("GPUs on each of", "reshaped", "shards free")
+    out: dict[str, Any] = {"epochs": len(epochs),
+                           "epochs_refused": sum(e.status == "refused" for e in epochs)}
+    for outcome in ("ok", "deferred", "skipped", "failed"):
+        rows = [a for a in acts if a.outcome == outcome]
+        out[f"starts_{outcome}"] = len(rows)
+        if outcome in ("deferred", "skipped"):
+            out[f"starts_{outcome}_for_shape"] = sum(any(w in a.reason for w in shape_words) for a in rows)
+    return out
 
 
 # ---------------------------------------------------------------------------------- one run
@@ -222,6 +264,8 @@ def run_mode(mode: str, stream: list[DemoJob], spec: DemoSpec, folder: Path, tim
         return folder / "cluster" / "log" / "jobcomp.txt"
     finally:
         if store is not None:
+            with contextlib.suppress(Exception):
+                (folder / "store_counts.json").write_text(json.dumps(store_counts(store, "demo"), indent=1))
             store.close()
         _cluster("down", folder / "cluster", "off")
 
@@ -247,7 +291,7 @@ def metrics(records: list[JobCompRecord], stream: list[DemoJob]) -> dict[str, An
         for r in recs:
             if r.start_time is None or r.end_time is None:
                 continue
-            g = job.gpus * max(0.0, r.end_time - r.start_time)
+            g = job.gpu_share * max(0.0, r.end_time - r.start_time)
             per[job.tenant]["gpu_s"].append(g)
             gpu_s_all += g
             t_last = max(t_last, r.end_time)
@@ -306,6 +350,10 @@ def markdown(summary: dict[str, Any]) -> str:
         ("runs_requeued", "runs requeued (preempted)", "{:d}"),
     ):
         lines.append(f"| {label} | " + " | ".join(_f(summary["modes"][m][key], fmt) for m in modes) + " |")
+    for m in modes:
+        a = summary["modes"][m].get("adapter")
+        if a:
+            lines += ["", f"{m} adapter: " + ", ".join(f"{k} {v}" for k, v in a.items())]
     return "\n".join(lines) + "\n"
 
 
@@ -325,6 +373,9 @@ def run_demo(spec: DemoSpec, out: Path, modes: list[str], cluster_dir: Path | No
         recs, _ = read_jobcomp(jobcomp)
         (out / f"jobcomp-{mode}.txt").write_text(jobcomp.read_text() if jobcomp.exists() else "")
         summary["modes"][mode] = metrics(recs, stream) | {"wall_s": round(time.monotonic() - t0, 1)}
+        counts = base / mode / "store_counts.json"
+        if counts.exists():
+            summary["modes"][mode]["adapter"] = json.loads(counts.read_text())
         text = markdown(summary)  # written after each mode, so a failed later mode keeps this one
         (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True))
         (out / "summary.md").write_text(text)

@@ -36,7 +36,14 @@ from typing import TYPE_CHECKING, Any
 
 from optsched.hosts.config import SlurmConfig
 from optsched.hosts.loop import Action, History, Report
-from optsched.hosts.slurmcli import HOLDING_STATES, SlurmClient, SlurmError, SlurmJob, SlurmNode
+from optsched.hosts.slurmcli import (
+    HOLDING_STATES,
+    SlurmClient,
+    SlurmError,
+    SlurmJob,
+    SlurmNode,
+    SlurmSwitch,
+)
 
 if TYPE_CHECKING:
     from optsched import Decision, Snapshot
@@ -50,6 +57,11 @@ SUBMIT_KEY = "first_submit"
 """Store meta key: {job id: first submit time seen}, since a requeue moves Slurm's submit_time."""
 PENDING_SKIP_REASONS = ("Dependency", "BeginTime", "DependencyNeverSatisfied")
 RUNNING_STATES = HOLDING_STATES
+MILLI = 1000
+"""Thousandths of a CPU per CPU, and of a GPU per GPU."""
+LEAF_LEVEL = "switch0"
+"""The snapshot's topology level of Slurm's leaf switches (``Level=0``); ``switchK`` is the
+level of Slurm's switches of ``Level=K``."""
 
 
 # ---------------------------------------------------------------------------------- snapshot
@@ -82,11 +94,16 @@ def qos_of(cfg: SlurmConfig, job: SlurmJob, tenant: str) -> str:
 
 @dataclass
 class Observation:
-    """One read of the cluster (:meth:`SlurmClient.jobs`, :meth:`SlurmClient.nodes`)."""
+    """One read of the cluster (:meth:`SlurmClient.jobs`, :meth:`SlurmClient.nodes`, and
+    :meth:`SlurmClient.switches` / :meth:`SlurmClient.topology`)."""
 
     jobs: list[SlurmJob]
     nodes: list[SlurmNode]
     now: float
+    switches: dict[int, int] = field(default_factory=dict)
+    """{job id: N} of the jobs that asked ``--switches=N``."""
+    topology: list[SlurmSwitch] = field(default_factory=list)
+    """The switch tree (topology/tree); empty: no topology."""
 
 
 @dataclass
@@ -98,6 +115,56 @@ class BuiltSnapshot:
     """Pending jobs not held (released, not started): re-held when not started."""
     shapes: dict[str, tuple[int, int]] = field(default_factory=dict)
     """Pending jobs that ask GPUs per node: (GPUs per node, nodes)."""
+    sharded: set[str] = field(default_factory=set)
+    """Pending jobs of shards (gres/shard): fractional jobs of the snapshot."""
+
+
+def node_domains(
+    switches: list[SlurmSwitch], nodes: Iterable[str]
+) -> tuple[list[str], dict[str, dict[str, str]]]:
+    """The snapshot's topology levels (``switchK`` for Slurm's switch ``Level=K``, outermost
+    first) and each node's domain at every level: the switch of the highest level at most K
+    above it, or, for a node under no switch of such a level, the node itself (a domain of its
+    own). No switches: no levels."""
+    if not switches:
+        return [], {}
+    top = max(sw.level for sw in switches)
+    levels = [f"switch{k}" for k in range(top, -1, -1)]
+    out: dict[str, dict[str, str]] = {}
+    for n in nodes:
+        above = sorted((sw.level, sw.name) for sw in switches if n in sw.nodes)
+        dom: dict[str, str] = {}
+        for k in range(top + 1):
+            inside = [name for lvl, name in above if lvl <= k]
+            dom[f"switch{k}"] = inside[-1] if inside else n
+        out[n] = dom
+    return levels, out
+
+
+def shards_per_gpu(nodes: Iterable[SlurmNode], types: dict[str, str]) -> dict[str, int]:
+    """Per snapshot GPU type, the fewest shards (gres/shard) any of its nodes has on one GPU;
+    types whose nodes have no shards are left out."""
+    out: dict[str, int] = {}
+    for n in nodes:
+        if n.gpu_type in types and n.shards_per_gpu > 0:
+            t = types[n.gpu_type]
+            out[t] = min(out.get(t, n.shards_per_gpu), n.shards_per_gpu)
+    return out
+
+
+def _host_fields(sj: SlurmJob) -> dict[str, Any]:
+    """A job's CPUs and host memory per node, as far as Slurm reports them."""
+    out: dict[str, Any] = {}
+    if sj.cpus_per_node > 0:
+        out["cpu_milli"] = sj.cpus_per_node * MILLI
+    if sj.memory_per_node_mib:
+        out["memory_mib"] = sj.memory_per_node_mib
+    return out
+
+
+def _gang(sj: SlurmJob) -> int:
+    """The job's gang in the snapshot: its GPUs, or 1 for a job of shards (a share of one GPU)."""
+    return 1 if sj.sharded else sj.gpus
 
 
 def build_snapshot(
@@ -119,36 +186,62 @@ def build_snapshot(
     jobs: list[dict[str, Any]] = []
     unmanaged_use: dict[str, int] = {}
     node_type = {n.name: types[n.gpu_type] for n in nodes if n.gpu_type}
-    gpu_jobs = [j for j in obs.jobs if j.gpus > 0]
+    node_shards = {n.name: n.shards_per_gpu for n in nodes}
+    type_shards = shards_per_gpu(nodes, types)
+    levels, domains = node_domains(obs.topology, [n.name for n in nodes])
+    gpu_jobs = [j for j in obs.jobs if j.gpus > 0 or j.sharded]
     for sj in sorted(gpu_jobs, key=lambda j: (_submit_s(j), j.job_id)):
         jid = str(sj.job_id)
         tenant = tenant_of(cfg, sj)
-        if sj.gpu_type is not None and sj.gpu_type not in types:
-            out.skipped.append((jid, f"gres type '{sj.gpu_type}' is not in gpu_types"))
+        want_type = sj.shard_type if sj.sharded else sj.gpu_type
+        if want_type is not None and want_type not in types:
+            out.skipped.append((jid, f"gres type '{want_type}' is not in gpu_types"))
             continue
         submit = min(first_submit.get(jid, _submit_s(sj)), _submit_s(sj), now)
-        if sj.state in RUNNING_STATES:
-            alloc = [(n, i) for n, i in sj.allocation if n in node_ids]
-            if len(alloc) != sj.gpus or len(set(alloc)) != len(alloc):
-                out.skipped.append(
-                    (jid, f"running allocation {list(sj.allocation)} is not {sj.gpus} known GPUs")
-                )
+        shape: dict[str, Any] = _host_fields(sj)
+        if sj.sharded:
+            per = min((type_shards.get(t, 0) for t in ([types[want_type]] if want_type else types.values())),
+                      default=0)
+            if sj.state in RUNNING_STATES:
+                per = node_shards.get(sj.shard_alloc[0].node, 0) if sj.shard_alloc else 0
+            if per <= 0 or sj.shards_per_node > per:
+                out.skipped.append((jid, f"asks {sj.shards_per_node} shards of one GPU; "
+                                         f"its GPUs have {per} each"))
                 continue
+            shape["gpu_milli"] = -(-sj.shards_per_node * MILLI // per)
+        elif sj.gpus_per_node > 0:
+            shape["gpus_per_node"] = sj.gpus_per_node
+        if obs.switches.get(sj.job_id) == 1 and levels and _node_count(sj) > 1:
+            shape["topology"] = {"level": LEAF_LEVEL, "mode": "required"}
+        if sj.state in RUNNING_STATES:
+            if sj.sharded:
+                held = [(a.node, i) for a in sj.shard_alloc for i in a.indices]
+                alloc = [(n, i) for n, i in held if n in node_ids]
+                if len(alloc) != 1:
+                    out.skipped.append((jid, f"running shards on {held} are not on one known GPU"))
+                    continue
+            else:
+                alloc = [(n, i) for n, i in sj.allocation if n in node_ids]
+                if len(alloc) != sj.gpus or len(set(alloc)) != len(alloc):
+                    out.skipped.append(
+                        (jid, f"running allocation {list(sj.allocation)} is not {sj.gpus} known GPUs")
+                    )
+                    continue
             if tenant is None:
                 if cfg.unmanaged == "ignore":
                     out.skipped.append((jid, "no tenant owns it (unmanaged = 'ignore')"))
                     continue
                 tenant = UNMANAGED
                 t = node_type[alloc[0][0]]
-                unmanaged_use[t] = unmanaged_use.get(t, 0) + sj.gpus
+                unmanaged_use[t] = unmanaged_use.get(t, 0) + _gang(sj)
             start = sj.start_time if sj.start_time is not None else now
             start = min(start, now)
             job: dict[str, Any] = {
                 "id": jid,
                 "tenant": tenant,
                 "qos": "guaranteed" if tenant == UNMANAGED else qos_of(cfg, sj, tenant),
-                "gpus": sj.gpus,
-                "gpu_types": [types[sj.gpu_type]] if sj.gpu_type else None,
+                "gpus": _gang(sj),
+                "gpu_types": [types[want_type]] if want_type else None,
                 "submit_s": min(submit, start),
                 "state": "running",
                 "allocation": [{"node": n, "gpu": i} for n, i in alloc],
@@ -169,17 +262,20 @@ def build_snapshot(
                 out.unheld.append(jid)
             if _per_node(sj) is not None:
                 out.shapes[jid] = (sj.gpus_per_node, _node_count(sj))
+            if sj.sharded:
+                out.sharded.add(jid)
             job = {
                 "id": jid,
                 "tenant": tenant,
                 "qos": qos_of(cfg, sj, tenant),
-                "gpus": sj.gpus,
-                "gpu_types": [types[sj.gpu_type]] if sj.gpu_type else None,
+                "gpus": _gang(sj),
+                "gpu_types": [types[want_type]] if want_type else None,
                 "submit_s": submit,
                 "state": "pending",
             }
         else:
             continue
+        job.update(shape)
         if sj.time_limit_min is not None:
             job["runtime_s"] = sj.time_limit_min * 60.0
         feats = {k: v for k, v in (("user", sj.user), ("name", sj.name), ("account", sj.account)) if v}
@@ -216,16 +312,47 @@ def build_snapshot(
             types[g]: {"memory_gib": c.memory_gib, "mps": c.mps, "speed": c.speed}
             for g, c in cfg.gpu_types.items()
         },
-        "nodes": [
-            {"id": n.name, "gpu_type": node_type[n.name], "gpus": n.gpus, "available": n.available}
-            for n in nodes
-        ],
+        "nodes": [_node(n, node_type[n.name], domains.get(n.name)) for n in nodes],
         "tenants": tenants,
         "jobs": jobs,
         "options": {"time_limit_s": cfg.time_limit_s, "backend": cfg.backend},
     }
+    if levels:
+        out.snapshot["topology"] = {"levels": levels}
     if state:
         out.snapshot["assurance_state"] = state
+    return out
+
+
+def _node(n: SlurmNode, gpu_type: str, domains: dict[str, str] | None) -> dict[str, Any]:
+    """A snapshot node: its GPUs, CPUs and memory as Slurm configures them, and its switches."""
+    node: dict[str, Any] = {"id": n.name, "gpu_type": gpu_type, "gpus": n.gpus, "available": n.available}
+    if n.cpus > 0:
+        node["cpu_milli"] = n.cpus * MILLI
+    if n.real_memory_mib > 0:
+        node["memory_mib"] = n.real_memory_mib
+    if domains is not None:
+        node["topology"] = domains
+    return node
+
+
+def shard_room(jobs: Iterable[SlurmJob], nodes: Iterable[SlurmNode]) -> dict[str, int]:
+    """Per node, the most shards still free on one of its GPUs (a GPU that holds no whole-GPU
+    job), counted from the running jobs' shards (``gres_detail``)."""
+    used: dict[tuple[str, int], int] = {}
+    for j in jobs:
+        if j.state in RUNNING_STATES:
+            for a in j.shard_alloc:
+                for i in a.indices:
+                    used[(a.node, i)] = used.get((a.node, i), 0) + a.count // max(len(a.indices), 1)
+    out: dict[str, int] = {}
+    for n in nodes:
+        if not n.available or n.shards_per_gpu <= 0:
+            continue
+        whole = set(n.used_gpu_indices)
+        out[n.name] = max(
+            (n.shards_per_gpu - used.get((n.name, i), 0) for i in range(n.gpus) if i not in whole), default=0
+        )
     return out
 
 
@@ -273,10 +400,12 @@ class SlurmHost:
         self.sleep = sleep
         self.last_built: BuiltSnapshot | None = None
         self.last_obs: Observation | None = None
+        self._shard_room: dict[str, int] = {}
 
     # ------------------------------------------------------------------ read
     def observe(self) -> Observation:
-        return Observation(self.slurm.jobs(), self.slurm.nodes(), self.clock())
+        return Observation(self.slurm.jobs(), self.slurm.nodes(), self.clock(),
+                           switches=self.slurm.switches(), topology=self.slurm.topology())
 
     def snapshot(self, history: History) -> Snapshot:
         from optsched import Snapshot
@@ -404,7 +533,10 @@ class SlurmHost:
             stopped.append(p.job)
             report(Action(p.job, "preempt", "ok", f"{why}; requeued held"))
 
-        starts = [s for s in decision.start if not s.colocated_with]
+        # Jobs of shards last: Slurm picks the GPU a shard goes on, and a shard on a GPU that a
+        # whole-GPU start of this decision counted on would leave that start short.
+        sharded = self.last_built.sharded if self.last_built else set()
+        starts = sorted((s for s in decision.start if not s.colocated_with), key=lambda s: s.job in sharded)
         for s in decision.start:
             if s.colocated_with:
                 report(Action(s.job, "start", "skipped", "MPS guest: sharing needs Slurm's mps gres"))
@@ -467,7 +599,13 @@ class SlurmHost:
                     continue
                 nodes = shaped
                 why += f" (reshaped to {per_node} per node: {','.join(nodes)})"
-            short = [f"{n} has {free.get(n, 0)} free" for n, c in nodes.items() if free.get(n, 0) < c]
+            if sj.sharded:
+                room = self._shard_room.get(next(iter(nodes)), 0)
+                short = [] if room >= sj.shards_per_node else [
+                    f"{n} has {room} shards free on one GPU, it asks {sj.shards_per_node}" for n in nodes
+                ]
+            else:
+                short = [f"{n} has {free.get(n, 0)} free" for n, c in nodes.items() if free.get(n, 0) < c]
             if short:
                 report(Action(s.job, "start", "skipped", f"{why}; no capacity: {', '.join(short)}"))
                 continue
@@ -478,8 +616,12 @@ class SlurmHost:
                 report(Action(s.job, "start", "failed", f"{why}; {exc}"))
                 self._hold_quietly(s.job)
                 continue
-            for n, c in nodes.items():
-                free[n] = free.get(n, 0) - c
+            if sj.sharded:
+                n0 = next(iter(nodes))
+                self._shard_room[n0] = self._shard_room.get(n0, 0) - sj.shards_per_node
+            else:
+                for n, c in nodes.items():
+                    free[n] = free.get(n, 0) - c
             released[s.job] = (list(nodes), why)
 
         # 4. confirm: running on exactly those nodes, else hold again
@@ -542,7 +684,8 @@ class SlurmHost:
                 report(Action("*", "read", "failed", f"cannot read the cluster: {exc}; nothing more applied"))
             return None
         free = {n.name: n.free_gpus for n in obs.nodes}
-        return {str(j.job_id): j for j in obs.jobs if j.gpus > 0}, free
+        self._shard_room = shard_room(obs.jobs, obs.nodes)
+        return {str(j.job_id): j for j in obs.jobs if j.gpus > 0 or j.sharded}, free
 
     def _reshape(
         self, sj: SlurmJob, decided: dict[str, int], free: dict[str, int], node_types: dict[str, str]
@@ -572,8 +715,8 @@ class SlurmHost:
             return "job is gone (cancelled or finished)"
         if sj.state != "PENDING":
             return f"job is {sj.state} now"
-        if sj.gpus != gpus:
-            return f"job was edited: asks {sj.gpus} GPUs, not {gpus}"
+        if _gang(sj) != gpus:
+            return f"job was edited: asks {_gang(sj)} GPUs, not {gpus}"
         now_tenant = tenant_of(self.cfg, sj)
         if now_tenant != tenant:
             return f"job was edited: tenant is {now_tenant}, not {tenant}"

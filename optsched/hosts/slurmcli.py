@@ -39,12 +39,15 @@ __all__ = [
     "SlurmJob",
     "SlurmNode",
     "SlurmStartError",
+    "SlurmSwitch",
     "expand_hostlist",
     "parse_gres",
     "parse_gres_request",
     "parse_index_list",
     "parse_jobs",
     "parse_nodes",
+    "parse_switches",
+    "parse_topology",
     "read_jobcomp",
 ]
 
@@ -277,11 +280,29 @@ class SlurmJob:
     qos: str = ""
     """Slurm's QOS name."""
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False, hash=False)
+    cpus_per_node: int = 0
+    """CPUs the job needs on each of its nodes (``minimum_cpus_per_node``, at least its CPUs
+    over its nodes); 0 when Slurm reports none."""
+    memory_per_node_mib: int | None = None
+    """Host memory per node the job asked for explicitly (``--mem``, or ``--mem-per-cpu`` x its
+    CPUs per node); None when it asked none (Slurm's default then gives it the whole node,
+    which the dev cluster does not count: memory is not a consumable there)."""
+    shards_per_node: int = 0
+    """Shards of one GPU asked per node (``--gres=shard[:TYPE]:N``, Slurm's gres/shard), 0 when none."""
+    shard_type: str | None = None
+    """The GPU type of a typed shard request, None when any type will do."""
+    shard_alloc: tuple[GresAlloc, ...] = ()
+    """Per node, the shards a running job holds (``count`` shards, ``indices`` the GPUs)."""
 
     @property
     def gpus(self) -> int:
-        """GPUs the job asks for in all."""
+        """GPUs the job asks for in all (0 for a job of shards)."""
         return self.gpus_per_job or self.gpus_per_node * max(self.num_nodes, 1)
+
+    @property
+    def sharded(self) -> bool:
+        """The job asks shards of a GPU, no whole GPU."""
+        return self.shards_per_node > 0 and self.gpus == 0
 
     @property
     def held(self) -> bool:
@@ -334,12 +355,22 @@ def parse_job(raw: Mapping[str, Any]) -> SlurmJob:
         for n in (raw.get("job_resources") or {}).get("allocated_nodes") or []
         if isinstance(n, Mapping)
     ] or list(nodes)
+    shards = [g for g in parse_gres_request(_str(raw.get("tres_per_node"))) if g.name == "shard"]
     gpu_alloc: list[GresAlloc] = []
+    shard_alloc: list[GresAlloc] = []
     if state in HOLDING_STATES:
         for node, detail in zip(alloc_nodes, raw.get("gres_detail") or [], strict=False):
             for g in parse_gres(_str(detail)):
                 if g.name == "gpu" and g.count:
                     gpu_alloc.append(GresAlloc(node=node, type=g.type, count=g.count, indices=g.indices))
+                elif g.name == "shard" and g.count:
+                    shard_alloc.append(GresAlloc(node=node, type=g.type, count=g.count, indices=g.indices))
+    cpus = _num(raw.get("cpus")) or 0
+    cpus_per_node = max(_num(raw.get("minimum_cpus_per_node")) or 0,
+                        -(-cpus // max(num_nodes, 1)) if cpus else 0)
+    mem_node = _num(raw.get("memory_per_node"))
+    mem_cpu = _num(raw.get("memory_per_cpu"))
+    memory = mem_node if mem_node else (mem_cpu * max(cpus_per_node, 1) if mem_cpu else None)
     return SlurmJob(
         job_id=_num(raw.get("job_id")) or 0,
         name=_str(raw.get("name")),
@@ -367,6 +398,11 @@ def parse_job(raw: Mapping[str, Any]) -> SlurmJob:
         exit_code=_num(raw.get("exit_code")),
         qos=_str(raw.get("qos")),
         raw=raw,
+        cpus_per_node=cpus_per_node,
+        memory_per_node_mib=memory,
+        shards_per_node=sum(g.count for g in shards),
+        shard_type=next((g.type for g in shards if g.type), None),
+        shard_alloc=tuple(shard_alloc),
     )
 
 
@@ -395,10 +431,22 @@ class SlurmNode:
     gres_used: tuple[GresSpec, ...]
     reason: str
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False, hash=False)
+    real_memory_mib: int = 0
+    """The node's memory (``RealMemory``), MiB; 0 when Slurm reports none."""
 
     @property
     def gpus(self) -> int:
         return sum(g.count for g in self.gres if g.name == "gpu")
+
+    @property
+    def shards(self) -> int:
+        """Shards of its GPUs (gres/shard) in all."""
+        return sum(g.count for g in self.gres if g.name == "shard")
+
+    @property
+    def shards_per_gpu(self) -> int:
+        """Shards of each of its GPUs (Slurm spreads a node's shards evenly over its GPUs)."""
+        return self.shards // self.gpus if self.gpus else 0
 
     @property
     def gpu_types(self) -> dict[str | None, int]:
@@ -424,8 +472,15 @@ class SlurmNode:
         return tuple(sorted(i for g in self.gres_used if g.name == "gpu" for i in g.indices))
 
     @property
+    def sharded_gpu_indices(self) -> tuple[int, ...]:
+        """GPUs holding shards of running jobs (Slurm gives such a GPU to no whole-GPU job)."""
+        return tuple(sorted({i for g in self.gres_used if g.name == "shard" and g.count for i in g.indices}))
+
+    @property
     def free_gpus(self) -> int:
-        return max(self.gpus - self.gpus_used, 0) if self.available else 0
+        """Whole GPUs free: neither allocated nor holding shards."""
+        busy = max(self.gpus_used, 0) + len(set(self.sharded_gpu_indices) - set(self.used_gpu_indices))
+        return max(self.gpus - busy, 0) if self.available else 0
 
     @property
     def available(self) -> bool:
@@ -456,6 +511,7 @@ def parse_node(raw: Mapping[str, Any]) -> SlurmNode:
         gres_used=tuple(parse_gres(_str(raw.get("gres_used")))),
         reason=_str(raw.get("reason")),
         raw=raw,
+        real_memory_mib=_num(raw.get("real_memory")) or 0,
     )
 
 
@@ -467,6 +523,50 @@ def parse_nodes(document: Mapping[str, Any] | str) -> list[SlurmNode]:
         node = parse_node(raw)
         seen.setdefault(node.name, node)
     return list(seen.values())
+
+
+# --------------------------------------------------------------------------- topology
+
+
+@dataclass(frozen=True)
+class SlurmSwitch:
+    """One switch of ``scontrol show topology`` (topology/tree): its level (0: a leaf switch,
+    which holds nodes) and every node below it."""
+
+    name: str
+    level: int
+    nodes: tuple[str, ...]
+    switches: tuple[str, ...] = ()
+
+
+def parse_topology(text: str) -> list[SlurmSwitch]:
+    """``scontrol show topology`` -> switches (none without ``TopologyPlugin=topology/tree``):
+    ``SwitchName=s1 Level=0 LinkSpeed=1 Nodes=n[1-2]``,
+    ``SwitchName=top Level=1 LinkSpeed=1 Nodes=n[1-4] Switches=s[1-2]``."""
+    out: list[SlurmSwitch] = []
+    for line in text.splitlines():
+        kv = dict(w.split("=", 1) for w in line.split() if "=" in w)
+        if "SwitchName" not in kv:
+            continue
+        level = _num(kv.get("Level"))
+        out.append(SlurmSwitch(
+            name=kv["SwitchName"],
+            level=level if level is not None else 0,
+            nodes=tuple(expand_hostlist(kv.get("Nodes", ""))),
+            switches=tuple(expand_hostlist(kv.get("Switches", ""))),
+        ))
+    return out
+
+
+def parse_switches(text: str) -> dict[int, int]:
+    """``squeue -h -O JobID:|,ReqSwitch:|`` -> {job id: the most leaf switches it asked for
+    (``--switches=N``)}, jobs that asked none left out."""
+    out: dict[int, int] = {}
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split("|")]
+        if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit() and int(parts[1]) > 0:
+            out[int(parts[0])] = int(parts[1])
+    return out
 
 
 # --------------------------------------------------------------------------- jobcomp/filetxt
@@ -608,6 +708,20 @@ class SlurmClient:
 
     def nodes(self) -> list[SlurmNode]:
         return parse_nodes(self._json("sinfo", "--json"))
+
+    def topology(self) -> list[SlurmSwitch]:
+        """The switch tree (``scontrol show topology``); [] without topology/tree."""
+        try:
+            return parse_topology(self.run("scontrol", "show", "topology"))
+        except SlurmError as exc:
+            if "No topology" in exc.stderr:
+                return []
+            raise
+
+    def switches(self) -> dict[int, int]:
+        """{job id: N} of every job that asked ``--switches=N`` (``squeue --json`` 22.05 lacks
+        the field; ``squeue -O ReqSwitch`` has it)."""
+        return parse_switches(self.run("squeue", "--all", "-h", "-O", "JobID:|,ReqSwitch:|"))
 
     def ping(self) -> bool:
         try:

@@ -57,13 +57,13 @@ class SlurmCluster:
         return proc
 
 
-def start_dev_cluster(folder: Path, *, gate: str = "on") -> SlurmCluster:
+def start_dev_cluster(folder: Path, *, gate: str = "on", env: dict[str, str] | None = None) -> SlurmCluster:
     missing = missing_slurm_binaries()
     if missing:
         pytest.skip(f"Slurm binaries absent: {', '.join(missing)} "
                     "(apt-get install slurmctld slurmd slurm-client munge)")
     proc = subprocess.run(["bash", str(SCRIPT), "up", str(folder)], capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "GATE": gate, "SLURM_DEV_QUIET": "1",
+                          timeout=120, env={**os.environ, **(env or {}), "GATE": gate, "SLURM_DEV_QUIET": "1",
                                                 # a killed test run: the watchdog stops it
                                                 "WATCH_PID": str(os.getpid())},
                           check=False)
