@@ -26,6 +26,7 @@ from typing import Any
 from optsched.engine import assurance as asr
 from optsched.engine.quota_tree import group_flows
 from optsched.engine.rules import cap_starved, starved_types
+from optsched.engine.shape import never_fits, shape_of
 from optsched.engine.state import MEMORY_EPS, ClusterState, GpuKey
 from optsched.schema.decision import (
     Binding,
@@ -387,6 +388,12 @@ def explain(
         ten, g, types, mem = kind
         per_kind[kind] = _explain_queued(led, ten, g, state.type_names if types is None else types, mem)
     out = {jid: per_kind[kind] for jid, kind in zip(queue, kind_of, strict=True)}
+    for jid in queue:
+        never = _never_in_shape(state, state.job(jid))
+        if never is not None:
+            out[jid] = out[jid].model_copy(
+                update={"code": never[0], "binding": never[0], "text": never[1], "blocked_by": []}
+            )
     stopped = {x.job: x for x in preempt}
     ev = set(evicted)
     if before is None:
@@ -588,6 +595,39 @@ def _fit_text(led: _Outcome, f: TypeFit, ten: str, g: int) -> str:
 
 def _memory_text(t: str, has: float, mem: float) -> str:
     return f"'{t}': {has:.1f} GiB per GPU, less than the {mem:.1f} GiB it needs per GPU"
+
+
+_NEVER_TEXT = {
+    "gpus_per_node": "no node of the type has as many GPUs as one of its pieces ({pieces})",
+    "cpu": "no node of the type has the {cpu} CPU thousandths it asks per node",
+    "host_memory": "no node of the type has the {mem} MiB of host memory it asks per node",
+    "topology": "no '{level}' domain of the type holds its pieces ({pieces}) on nodes of its own",
+}
+
+
+def _never_in_shape(state: ClusterState, job: Job) -> tuple[str, str] | None:
+    """The queue reason and text of a job that no available node (or topology domain) of any
+    of its allowed types that has GPUs could ever hold in its shape, however empty the cluster
+    (:func:`optsched.engine.shape.never_fits`), or ``None``."""
+    if job.is_elastic:
+        return None
+    caps = state.capacity()
+    seen: list[tuple[str, str]] = []
+    for t in state.allowed_types(job):
+        if caps.get(t, 0) < job.gpus:
+            continue  # type_unavailable or gang_too_large: the explanation says so already
+        sh = shape_of(state, job, t)
+        why = never_fits(state, sh, t)
+        if why is None:
+            return None
+        level = state.topology_levels[sh.level] if sh.level >= 0 else ""
+        text = _NEVER_TEXT[why].format(
+            pieces="+".join(map(str, sh.pieces)), cpu=sh.cpu_milli, mem=sh.memory_mib, level=level
+        )
+        seen.append((why, f"'{t}': {text}"))
+    if not seen:
+        return None
+    return seen[0][0], "it can never start as asked: " + "; ".join(x for _, x in seen)
 
 
 def _explain_queued(

@@ -100,6 +100,10 @@ Binding = Literal[
     "reservation",
     "preemption_cap",
     "gpu_memory",
+    "gpus_per_node",
+    "cpu",
+    "host_memory",
+    "topology",
 ]
 """The constraint an explanation names (see "Explanations" in ``docs/snapshot-format.md``)."""
 

@@ -146,3 +146,34 @@ def test_required_topology_needs_one_domain_with_enough_nodes() -> None:
     s["jobs"][1]["topology"]["mode"] = "preferred"
     state = load_state(s)
     assert never_fits(state, shape_of(state, state.job("p0"), "A100"), "A100") is None
+
+
+@pytest.mark.parametrize(
+    ("change", "split", "reason"),
+    [
+        ({"gpus_per_node": 16}, False, "gpus_per_node"),
+        ({"cpu_milli": 65_000}, False, "cpu"),
+        ({"memory_mib": 600_000}, False, "host_memory"),
+        ({}, True, "topology"),
+    ],
+)
+def test_a_job_that_can_never_fit_is_queued_naming_the_resource(
+    change: dict[str, Any], split: bool, reason: str
+) -> None:
+    """Through the whole engine: the queue reason and the explanation name the resource (it was
+    ``lower_priority`` for a required topology no domain holds, even alone on the cluster)."""
+    import optsched
+    from optsched.engine.check import check_decision
+
+    s = base()
+    s["jobs"] = [s["jobs"][1]]  # p0 alone: nothing else competes for the nodes
+    s["jobs"][0].update(change)
+    if split:
+        s["nodes"][1]["topology"]["block"] = "b1"
+    state = load_state(s)
+    d = optsched.solve_epoch(state)
+    assert check_decision(state, d) == []
+    assert d.queue == ["p0"] and d.start == []
+    assert d.queue_reasons["p0"].value == reason
+    assert d.explanations["p0"].binding == reason
+    assert d.explanations["p0"].text.startswith("it can never start as asked: 'A100': ")
