@@ -497,6 +497,17 @@ def _status_and_bound(
     return status, bound
 
 
+def _idle_victims(problem: EpochProblem, a: Assignment) -> bool:
+    """Whether a stopped job (not an MPS guest) keeps all its GPUs idle: no placed start of
+    ``a`` takes any of them."""
+    taken = {(r.node, r.gpu) for stack in a.placements.values() for refs in stack if refs for r in refs}
+    return any(
+        not (run := problem.running[x]).guest and run.alloc
+        and not any((r.node, r.gpu) in taken for r in run.alloc)
+        for x in a.preempt
+    )
+
+
 def _checked_decision(
     ep: _Epoch,
     problem: EpochProblem,
@@ -528,7 +539,7 @@ def _checked_decision(
             unplaced += len(failed)
             added += unplace(problem, a, failed)
             continue
-        if problem.node_records:
+        if problem.node_records and _idle_victims(problem, a):
             # a start placed on other nodes than its victims' leaves their GPUs idle: those
             # victims keep running (the plan stays valid; its value only grows)
             before = len(a.preempt)
