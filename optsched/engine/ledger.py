@@ -204,6 +204,8 @@ class NodePool:
         for t in types:
             self.partial[t].sort()
         self.frag = {t: _frag_table(n) for t, n in largest.items()}
+        self.avoid: set[int] = set()
+        """Node indices pieces go to only when no other node holds them."""
         self.prefer: set[int] = set()
         """Node indices whole-GPU pieces go to first when one holds them (the nodes a plan's
         stops free: its starts take those GPUs before others, so no stop leaves GPUs idle that
@@ -326,6 +328,10 @@ class NodePool:
         :attr:`prefer` when one holds it, else any."""
         if self.prefer:
             node = self._best_of(t, p, shape, skip, inside, self.prefer)
+            if node is not None:
+                return node
+        if self.avoid:
+            node = self._best_of(t, p, shape, skip | self.avoid, inside, None)
             if node is not None:
                 return node
         return self._best_of(t, p, shape, skip, inside, None)

@@ -268,8 +268,6 @@ def _preempt(ledger: _Tally, p: EpochProblem, r: int, sign: int = 1) -> None:
             pool = ledger.nodes
             if sign > 0:
                 pool.release(list(run.alloc), _held(run))
-                # starts take a victim's GPUs first: they are what its stop was for
-                pool.prefer.update(pool.by_id[x.node].index for x in run.alloc if x.node in pool.by_id)
             else:
                 pool.take(run.alloc, _held(run))
 
@@ -426,11 +424,15 @@ def place_plan(p: EpochProblem, a: Assignment) -> list[tuple[int, int, bool]]:
     slots: dict[tuple[int, int], list[int]] = defaultdict(list)
     for (c, t), stack in ledger.placed.items():
         slots[(c, t)] = [n for n, refs in enumerate(stack) if refs is None]
-    # starts take the GPUs the plan's stops free before any other: a victim's GPUs are what
-    # its stop was for
-    pool.prefer = {pool.by_id[r.node].index for x in a.preempt for r in p.running[x].alloc
-                   if r.node in pool.by_id}
+    # guaranteed starts inside quota take the GPUs the plan's stops free before any other (a
+    # victim's GPUs are what its stop was for), other starts take them last: a start on loan or
+    # a best-effort start on GPUs a stop freed is a swap the next epochs undo, and a stop whose
+    # GPUs stay idle is undone after placement
+    freed = {pool.by_id[r.node].index for x in a.preempt for r in p.running[x].alloc
+             if r.node in pool.by_id}
     for _, _, _, _, c, t, loan in sorted(todo):
+        first_claim = p.pending[c].guaranteed and not loan
+        pool.prefer, pool.avoid = (freed, set()) if first_claim else (set(), freed)
         refs = pool.place(p.types[t], p.pending[c].shape_on(t))
         n = slots[(c, t)].pop(0)
         if refs is None:
