@@ -524,7 +524,13 @@ def _checked_decision(
     _Rejected
         When the decision fails the checker.
     """
-    from optsched.engine.backends.greedy import drop_unused_preemptions, place_plan, unplace
+    from optsched.engine.backends.greedy import (
+        drop_unused_preemptions,
+        fill,
+        keep_loan_funded_victims,
+        place_plan,
+        unplace,
+    )
     from optsched.engine.check import check_decision
     from optsched.engine.decode import Unplaced, to_decision
     from optsched.engine.lookahead import annotate
@@ -545,6 +551,17 @@ def _checked_decision(
             before = len(a.preempt)
             drop_unused_preemptions(problem, a, placed=True)
             kept += before - len(a.preempt)
+            back = keep_loan_funded_victims(problem, a)
+            if back:
+                # the starts on loan it took back leave GPUs free: the fill uses them inside
+                # quota (work conservation), and the new starts are placed
+                kept += back
+                added += fill(problem, a)
+                failed = place_plan(problem, a)
+                if failed:
+                    unplaced += len(failed)
+                    added += unplace(problem, a, failed)
+                    continue
         notes = [*ep.notes, *fill_notes]
         if unplaced:
             notes.append(

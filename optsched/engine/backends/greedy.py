@@ -805,6 +805,68 @@ def drop_unused_preemptions(p: EpochProblem, a: Assignment, placed: bool = False
                 break
 
 
+def keep_loan_funded_victims(p: EpochProblem, a: Assignment) -> int:
+    """After placement: a job stopped while it ran inside its tenant's quota, whose GPUs no
+    start took, keeps running when taking back starts on loan on its type (lowest value per GPU
+    first) is all it needs to fit again. Such a stop only freed quota for loans: an on-loan
+    start borrows idle quota, and a running job's quota is not idle (the next epochs would
+    undo the swap). Never where the tenant's own starts inside quota need that quota, nor on a
+    type with an on-loan deficit. Returns how many jobs keep running."""
+    ledger = _Tally(p, a)
+    guests_of: dict[str, list[int]] = {}
+    for g, x in enumerate(p.running):
+        if x.host is not None:
+            guests_of.setdefault(x.host, []).append(g)
+    kept = 0
+    for t in range(len(p.types)):
+        if p.deficit[t]:
+            continue
+        victims = sorted(
+            (r for r in a.preempt
+             if (run := p.running[r]).type == t and not run.guest and not run.on_loan and run.alloc),
+            key=lambda r: (-p.running[r].cost, p.running[r].job),
+        )
+        for r in victims:
+            if not ledger.can_keep(r):
+                continue  # a start took its GPUs
+            run = p.running[r]
+            i = run.tenant
+            _preempt(ledger, p, r, sign=-1)  # keep it running, on trial
+            taken: list[tuple[int, list[GpuRef] | None]] = []
+            while True:
+                if (
+                    ledger.free[t] >= 0 and ledger.pool(t) >= 0 and ledger.borrow_ok(i, t)
+                    and ledger.own[i][t] <= p.quota[i][t] and ledger.chunks.feasible(t)
+                ):
+                    break
+                loans = [
+                    c for c, counts in a.starts.items()
+                    if counts.get((t, True), 0) - sum(1 for x, _ in taken if x == c) > 0
+                ]
+                if not loans or ledger.own[i][t] > p.quota[i][t]:
+                    loans = []
+                    break
+                c = min(loans, key=lambda c: (p.pending[c].static_value / max(1, p.pending[c].gpus),
+                                              p.pending[c].label))
+                stack = ledger.placed.get((c, t), [])
+                refs = stack[-1] if stack else None
+                _start(ledger, p, c, t, own=False, sign=-1)
+                taken.append((c, refs))
+            if ledger.feasible(i, t) and ledger.own[i][t] <= p.quota[i][t] and ledger.chunks.feasible(t):
+                a.preempt.discard(r)
+                for g in guests_of.get(run.job, []):
+                    a.preempt.discard(g)  # its guests run on its GPUs: they stay too
+                for c, _ in taken:
+                    a.add(c, t, True, -1)
+                kept += 1
+                continue
+            for c, refs in reversed(taken):
+                _start(ledger, p, c, t, own=False, refs=refs)
+            _preempt(ledger, p, r)
+    _sync(ledger, a)
+    return kept
+
+
 def _repair(ledger: _Tally, p: EpochProblem, a: Assignment) -> None:
     """Stop on-loan jobs, cheapest per GPU first, where running use already exceeds what the
     lenders can cover (a lend or borrow limit was lowered, a lender's quota shrank)."""
