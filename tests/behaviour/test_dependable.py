@@ -111,18 +111,24 @@ def over_quota_snapshot() -> dict[str, Any]:
     return snap
 
 
-def lost_node_snapshot() -> dict[str, Any]:
-    """Node n1 failed: the fleet holds 8 GPUs for 16 GPUs of quota, and jobs still run on n1.
-
-    Both tenants are due a reclaim, and the reclaim bonus is per GPU started inside quota, so a
-    4-GPU job of b would now be worth stopping b's own best-effort ``b-run`` for (4 GPUs of b's
-    guaranteed work instead of a's 2); b's job takes 6 GPUs, which n0 cannot give it even then."""
+def _n1_lost() -> dict[str, Any]:
+    """Two 8-GPU A100 nodes, n1 failed; tenants a and b with 8 GPUs of quota each, no jobs."""
     snap = cluster(
         types={"A100": (80.0, True)},
         nodes={"n0": ("A100", 8), "n1": ("A100", 8)},
         tenants={"a": {"A100": 8}, "b": {"A100": 8}},
     )
     snap["nodes"][1]["available"] = False
+    return snap
+
+
+def lost_node_snapshot() -> dict[str, Any]:
+    """Node n1 failed: the fleet holds 8 GPUs for 16 GPUs of quota, and jobs still run on n1.
+
+    Both tenants are due a reclaim, and the reclaim bonus is per GPU started inside quota, so a
+    4-GPU job of b would now be worth stopping b's own best-effort ``b-run`` for (4 GPUs of b's
+    guaranteed work instead of a's 2); b's job takes 6 GPUs, which n0 cannot give it even then."""
+    snap = _n1_lost()
     snap["jobs"] = [
         running("a-lost", "a", [("n1", g) for g in range(4)], start_s=1_000.0),
         running("b-lost", "b", [("n1", 4), ("n1", 5)], start_s=1_000.0, qos="best_effort"),
@@ -163,12 +169,7 @@ def test_lost_node_gets_a_decision_on_every_backend(name: str) -> None:
 def straddling_loss_snapshot() -> dict[str, Any]:
     """Node n1 failed under a 16-GPU job that also holds all of n0: the node loss stops it,
     and n0's 8 GPUs are free again (a 4-GPU node shape and 1-GPU jobs wait for them)."""
-    snap = cluster(
-        types={"A100": (80.0, True)},
-        nodes={"n0": ("A100", 8), "n1": ("A100", 8)},
-        tenants={"a": {"A100": 8}, "b": {"A100": 8}},
-    )
-    snap["nodes"][1]["available"] = False
+    snap = _n1_lost()
     snap["jobs"] = [
         running("wide", "b", [(n, g) for n in ("n0", "n1") for g in range(8)], start_s=1_000.0,
                 qos="best_effort"),
