@@ -4,17 +4,21 @@ The model grows with DISTINCT node states, not with nodes: nodes with the same G
 CPU, free memory and free milli-GPU multiset are interchangeable, so they form one class with a
 count. For each pod of the batch the options are (class, GPU choice) pairs: a share may take any
 distinct free value among the class's GPUs that fits, whole GPUs are the lowest-index free ones.
-Each option's cost is the exact change of the node's FGD fragmentation (:mod:`.frag`), so the
-objective is additive when every node takes at most one pod of the batch, which the model
+Each option's cost is FGD's integer score of the node's fragmentation change (:mod:`.frag`;
+``100 - sigmoid_score``, the change rounded to FGD's score points of about 40 milli near zero),
+so the objective is additive when every node takes at most one pod of the batch, which the model
 enforces (``sum of a class's options <= its count``). It maximises placed pods first (each worth
-more than any fragmentation change), then minimises the total fragmentation increase, then the
-GPU left on the chosen nodes (packing) as a small tie-break.
+more than all other terms), then minimises the total score lost, then the GPU left on the chosen
+nodes (consolidation onto fuller nodes) among options of equal score. The rounded score with
+the consolidating tie-break places better than the exact change does (measured in
+``docs/openb.md``): the exact change ranks options by differences of a few milli that say
+little about later pods, while the tie-break fills already used nodes first.
 
 Options are pruned exactly: per pod, only its cheapest options until their distinct classes hold
 at least ``batch`` nodes can be in an optimum (at most ``batch - 1`` other pods take slots there).
 The solve is deterministic: ``num_workers=1``, a fixed seed and a ``max_deterministic_time`` work
-limit. If CP-SAT returns no solution in that limit, the batch is placed by FGD's greedy rule
-(exact scores, one pod at a time) and counted in ``notes["fallback_batches"]``; a pod the model
+limit. If CP-SAT returns no solution in that limit, the batch is placed by ``optsched-1``'s rule
+(one pod at a time) and counted in ``notes["fallback_batches"]``; a pod the model
 leaves out although it was feasible is placed greedily after the batch (``notes["greedy_pods"]``).
 """
 
@@ -27,10 +31,19 @@ import numpy as np
 
 from optsched.sim.openb.cluster import ClusterState
 from optsched.sim.openb.frag import FragTracker
-from optsched.sim.openb.policies import Choice, OptschedGreedy, Pod, feasible, fgd_options, gpus_for
+from optsched.sim.openb.policies import (
+    Choice,
+    OptschedGreedy,
+    Pod,
+    feasible,
+    fgd_options,
+    gpus_for,
+    sigmoid_score,
+)
 
-PLACE_WEIGHT = 1_000_000  # a placed pod outweighs any fragmentation change (<= 8,000 milli x 10)
-LEFT_WEIGHT = 1  # per 100 milli-GPU left on the node: a tie-break below 0.1 milli of fragmentation
+PLACE_WEIGHT = 1_000_000  # a placed pod outweighs every other term of the batch (32 x 100 x 100)
+SCORE_WEIGHT = 100  # per point of FGD's integer score (0..100) lost by an option
+LEFT_WEIGHT = 1  # per 100 milli-GPU left on the node (0..80): a tie-break below one score point
 
 
 @dataclass
@@ -97,7 +110,7 @@ class OptschedEpochs:
                     sel = order[uniq]
                     nodes, gpus, delta = nodes[sel], gpus[sel], delta[sel]
                 after_left = left[nodes] - pod.gpu_request
-                cost = np.round(delta * 10).astype(np.int64) + LEFT_WEIGHT * (after_left // 100)
+                cost = SCORE_WEIGHT * (100 - sigmoid_score(delta)) + LEFT_WEIGHT * (after_left // 100)
                 order = np.lexsort((nodes, cost))
                 covered = 0
                 seen: set[int] = set()
@@ -158,7 +171,7 @@ class OptschedEpochs:
     def _greedy(
         self, state: ClusterState, frag: FragTracker, pods: list[Pod], rng: np.random.Generator
     ) -> list[Choice | None]:
-        """FGD's rule with exact scores, pod by pod, applying each placement to a copy."""
+        """``optsched-1``'s rule, pod by pod, applying each placement to a copy."""
         return self._finish(state, frag, pods, [None] * len(pods), list(range(len(pods))), rng)
 
     def _finish(

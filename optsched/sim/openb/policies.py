@@ -337,10 +337,12 @@ class FGDPolicy(_Scored):
 
 
 class OptschedGreedy(_PerPod):
-    """optsched one pod at a time: the exact (unrounded) FGD change, deterministic tie-break.
+    """optsched one pod at a time: FGD's score, then consolidation, deterministic.
 
-    Minimises the node's fragmentation change; ties go to the option leaving the least free GPU
-    on the node (packing), then the lowest node and GPU index. No randomness.
+    Maximises FGD's integer score of the node's fragmentation change (as ``fgd``); among equal
+    scores it takes the option leaving the least free GPU on the node (the fullest node that
+    holds the pod, consolidating), then the lowest node and GPU index. No randomness. (Ranking
+    by the exact, unrounded change instead leaves more GPUs unallocated: docs/openb.md.)
     """
 
     name = "optsched-1"
@@ -357,7 +359,7 @@ class OptschedGreedy(_PerPod):
     ) -> Choice:
         nodes, gpus, delta = fgd_options(frag, pod, idx, fits)
         left = state.gpu_left()[nodes]
-        k = int(np.lexsort((gpus, nodes, left, np.round(delta, 6)))[0])
+        k = int(np.lexsort((gpus, nodes, left, -sigmoid_score(delta)))[0])
         node = int(nodes[k])
         return (node, (int(gpus[k]),) if pod.is_share else gpus_for(state, node, pod))
 

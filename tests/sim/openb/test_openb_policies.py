@@ -118,3 +118,33 @@ def test_optsched_epoch_places_batch_jointly(setup: tuple[ClusterState, FragTrac
     assert got[0] == (0, (0,))  # the share on the shared GPU, as FGD
     assert got[1] is not None and got[1][0] != 0  # one pod per node per epoch
     assert pol.notes["solves"] == 1 and pol.notes["optimal"] == 1 and pol.notes["fallback_batches"] == 0
+
+
+def test_optsched_takes_fuller_node_among_equal_fgd_scores(tmp_path: Path) -> None:
+    """optsched ranks options by FGD's integer score, then by the GPU left on the node.
+
+    n0: 1 T4, 3 CPUs; n1: 2 T4, 32 CPUs, both idle. Target workload (every type kept): A = share
+    600 milli / 2 CPUs (p 1/30), C = CPU-only (p 29/30). A 280-milli share with 2 CPUs:
+    n1 -> [720, 1000]: A still fits, C sees 1720 instead of 2000: change -29/30 x 280 = -270.7;
+    n0 -> [720] with 1 CPU left: A no longer fits (its 720 becomes a fragment) and C sees 720
+    instead of 1000: change -270.7 + 720/30 = -246.7. Both score 56; the exact change prefers n1,
+    the fuller node (720 milli left, not 1720) wins the tie.
+    """
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\nn0,3000,65536,1,T4\nn1,32000,65536,2,T4\n")
+    wl = tmp_path / "wl.csv"
+    wl.write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli\na1,2000,1024,1,600\n"
+        + "".join(f"c{i},1000,1024,0,0\n" for i in range(29))
+    )
+    state = ClusterState.empty(read_nodes(nodes))
+    fr = FragTracker(typical_pods(read_pods(wl), state.model_names, popularity=1.0), state)
+    pod = Pod(cpu=2000, mem=1024, num_gpu=1, gpu_milli=280, spec=frozenset())
+    after = fr.share_after(np.array([0, 1]), np.array([0, 0]), 2000, 280)
+    delta = after - fr.frag[[0, 1]]
+    assert delta.tolist() == pytest.approx([-29 / 30 * 280 + 720 / 30, -29 / 30 * 280])
+    assert sigmoid_score(delta).tolist() == [56, 56]
+    rng = np.random.default_rng(0)
+    assert BASELINES["optsched-1"]().place(state, fr, [pod], rng) == [(0, (0,))]
+    assert OptschedEpochs(batch=1, work_limit=1.0).place(state, fr, [pod], rng) == [(0, (0,))]
+    assert BASELINES["fgd"]().place(state, fr, [pod], rng) == [(0, (0,))]  # first node among equal scores
