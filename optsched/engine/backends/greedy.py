@@ -265,11 +265,10 @@ def _preempt(ledger: _Tally, p: EpochProblem, r: int, sign: int = 1) -> None:
         ledger.freed[run.type] += sign * run.gpus
         ledger.chunks.preempt(r, sign)
         if ledger.nodes is not None and run.alloc:
-            pool = ledger.nodes
             if sign > 0:
-                pool.release(list(run.alloc), _held(run))
+                ledger.nodes.release(list(run.alloc), _held(run))
             else:
-                pool.take(run.alloc, _held(run))
+                ledger.nodes.take(run.alloc, _held(run))
 
 
 def _resize(ledger: _Tally, p: EpochProblem, r: int, d: int) -> None:
@@ -758,6 +757,15 @@ def _at_least(big: Shape, small: Shape) -> bool:
     )
 
 
+def _guests_of(p: EpochProblem) -> dict[str, list[int]]:
+    """Host job id -> its running MPS guests (indices of ``p.running``)."""
+    out: dict[str, list[int]] = {}
+    for g, x in enumerate(p.running):
+        if x.host is not None:
+            out.setdefault(x.host, []).append(g)
+    return out
+
+
 def drop_unused_preemptions(p: EpochProblem, a: Assignment, placed: bool = False) -> None:
     """Keep the rule that GPUs freed on a type are used there: undo reclaims whose GPUs no
     start took (never those the on-loan deficit forces). One ledger, trial undo in place.
@@ -767,10 +775,7 @@ def drop_unused_preemptions(p: EpochProblem, a: Assignment, placed: bool = False
     leaves them idle even where the counts balance); on a type with an on-loan deficit the
     counts still decide."""
     ledger = _Tally(p, a)
-    guests_of: dict[str, list[int]] = {}
-    for g, x in enumerate(p.running):
-        if x.host is not None:
-            guests_of.setdefault(x.host, []).append(g)
+    guests_of = _guests_of(p)
     own_start_tenants: set[tuple[int, int]] = {
         (p.pending[c].tenant, tt) for c, counts in a.starts.items() for (tt, loan) in counts if not loan
     }
@@ -813,10 +818,7 @@ def keep_loan_funded_victims(p: EpochProblem, a: Assignment) -> int:
     undo the swap). Never where the tenant's own starts inside quota need that quota, nor on a
     type with an on-loan deficit. Returns how many jobs keep running."""
     ledger = _Tally(p, a)
-    guests_of: dict[str, list[int]] = {}
-    for g, x in enumerate(p.running):
-        if x.host is not None:
-            guests_of.setdefault(x.host, []).append(g)
+    guests_of = _guests_of(p)
     kept = 0
     for t in range(len(p.types)):
         if p.deficit[t]:
@@ -844,7 +846,6 @@ def keep_loan_funded_victims(p: EpochProblem, a: Assignment) -> int:
                     if counts.get((t, True), 0) - sum(1 for x, _ in taken if x == c) > 0
                 ]
                 if not loans or ledger.own[i][t] > p.quota[i][t]:
-                    loans = []
                     break
                 c = min(loans, key=lambda c: (p.pending[c].static_value / max(1, p.pending[c].gpus),
                                               p.pending[c].label))
