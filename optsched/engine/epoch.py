@@ -32,6 +32,7 @@ from __future__ import annotations
 import copy
 import functools
 import gc
+import importlib
 import logging
 import time
 import warnings
@@ -84,6 +85,30 @@ def auto_backend(problem: EpochProblem, work_s: float) -> str:
     model fits its work budget and the LP relaxation with a guided rounding above it
     (:mod:`optsched.engine.backends.highs`)."""
     return "highs"
+
+
+WARM_MODULES = (
+    "optsched.engine.candidates", "optsched.engine.lookahead", "optsched.engine.formulation",
+    "optsched.engine.backends.greedy", "optsched.engine.backends.highs", "optsched.engine.check",
+    "optsched.engine.decode", "optsched.engine.explain", "ortools.math_opt.core.python.solver",
+    "ortools.math_opt.parameters_pb2", "ortools.math_opt.model_parameters_pb2",
+    "ortools.math_opt.result_pb2", "ortools.math_opt.python.callback",
+    "ortools.math_opt.python.init_arguments", "ortools.util.python.solve_interrupter",
+)
+"""The modules a call imports on its way (the default backend's solver bindings included),
+imported once per process before the first call's clock starts, as the default predictor is
+loaded: a fresh process (``optsched solve``) spent 0.15-0.3 s of a 1 s limit importing them."""
+
+
+@functools.cache
+def warm_up() -> None:
+    """Import :data:`WARM_MODULES` (once per process; a missing optional one is skipped: the
+    backend that needs it says so when it is called)."""
+    for name in WARM_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            continue
 
 
 @functools.cache
@@ -154,6 +179,7 @@ def solve_epoch(
         No valid decision could be built, not even the empty one (an internal bug).
     """
     pred = predictor if predictor is not None else default_predictor()
+    warm_up()
     # a full garbage collection over a 10,000-GPU snapshot's objects costs a third of a second
     # at random points of the call: pause the collector for the call (reference counting still
     # frees everything; the next collection after the call picks up cycles)
