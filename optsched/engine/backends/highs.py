@@ -305,13 +305,17 @@ class HighsBackend:
         proven = obj >= lp_bound - REL_GAP * max(1.0, abs(lp_bound))
         left = work - iters / ITERATIONS_PER_S
         if hint is not None and not proven:
-            step = self._rins(problem, params, lin, values, hint, left, t0)
+            # RINS around the greedy plan (around the guided plan, which agrees with the LP on
+            # more, it searched a smaller neighbourhood and ended 0.5-8% below the LP's bound
+            # on medium seeds, against 0.002-0.45%), or the guided plan when the greedy plan
+            # does not satisfy the model
+            step = self._rins(problem, params, lin, values, [hint, a], left, t0)
             if step is None:  # the wall clock ended it: as in branch and bound, not reproducible
                 return SolveResult(SolveStatus.NO_SOLUTION, self.name, time.monotonic() - t0,
                                    detail=f"RINS after the LP relaxation ({WALL_CLOCK_HIT})")
             if step.assignment is not None and step.objective is not None and step.objective > obj + 1e-9:
                 a, obj = step.assignment, step.objective
-                how = f"RINS from the greedy plan ({step.detail.split('; ')[0]})"
+                how = f"RINS ({step.detail.split('; ')[0]})"
         proven = obj >= lp_bound - REL_GAP * max(1.0, abs(lp_bound))
         seconds = time.monotonic() - t0
         detail = (
@@ -330,14 +334,17 @@ class HighsBackend:
 
     def _rins(
         self, problem: EpochProblem, params: SolveParams, lin: LinearModel, lp: Sequence[float],
-        hint: Assignment, work: float, t0: float,
+        plans: Sequence[Assignment], work: float, t0: float,
     ) -> SolveResult | None:
         # ``work``: the nominal seconds left after the LP
-        """Branch and bound over what :func:`_rins_fixed` leaves free (the rest at the greedy
-        plan ``hint``'s values), warm-started from the plan and stopped on a node limit;
-        ``None`` when the wall clock stopped it."""
-        x = from_assignment(lin, problem, hint)
-        if not is_feasible(lin, x):
+        """Branch and bound over what :func:`_rins_fixed` leaves free (the rest at the values of
+        the first of ``plans`` that satisfies the model: the incumbent RINS searches around),
+        warm-started from that plan and stopped on a node limit; ``None`` when the wall clock
+        stopped it."""
+        starts = [(i, from_assignment(lin, problem, a)) for i, a in enumerate(plans)]
+        i, x = next(((i, v) for i, v in starts if is_feasible(lin, v)), (-1, None))
+        x_is_guided = i == 1
+        if x is None:
             return SolveResult(SolveStatus.NO_SOLUTION, self.name, 0.0, detail="no feasible start")
         mp = model_proto(lin, integer=True)
         lbs, ubs = mp.variables.lower_bounds, mp.variables.upper_bounds
@@ -360,4 +367,5 @@ class HighsBackend:
         if not has:
             return SolveResult(SolveStatus.NO_SOLUTION, self.name, 0.0, detail="no solution")
         return solved(lin, problem, _values(res, lin.n), SolveStatus.FEASIBLE, self.name, 0.0, None,
-                      f"{free} of {lin.n} variables free, node limit {nodes}")
+                      f"around {'the guided plan' if x_is_guided else 'the greedy plan'}: {free} of {lin.n} "
+                      f"variables free, node limit {nodes}")
