@@ -35,8 +35,14 @@ MIN_WORK_S = 0.02
 RESERVE_FRACTION = 0.1
 """Share of the time limit kept on the wall clock after the solver (decoding, fill, checking)."""
 RESERVE_PER_JOB_S = 150e-6
-"""Wall seconds kept per job after the solver for the fill pass, decoding, the look-ahead and the
-checker, on an idle machine (Venus size: about 0.3 s for 1,400 jobs, ``stage_seconds``)."""
+"""Wall seconds kept per job, for the first :data:`RESERVE_KNEE_JOBS` jobs, after the solver for
+the fill pass, decoding, the look-ahead and the checker, on an idle machine."""
+RESERVE_KNEE_JOBS = 1000
+"""Jobs past which each further job keeps :data:`RESERVE_PER_JOB_PAST_KNEE_S`: the stages after
+the solver cost a fixed part plus a smaller one per job (CPU seconds measured: 0.18-0.24 at
+1,150-1,200 jobs, 0.15-0.22 at 2,700, 0.61 at 10,662; a flat 150 us per job kept 0.5 s at
+2,700 jobs and 1.7 s at 10,662, which the solver then did not get)."""
+RESERVE_PER_JOB_PAST_KNEE_S = 60e-6
 MAX_SLOWDOWN = 6.0
 """The most the reserve after the solver is stretched for a loaded machine (:meth:`Budget.slowdown`)."""
 MIN_MEASURED_S = 0.02
@@ -160,7 +166,9 @@ class Budget:
     def reserve_s(self) -> float:
         """Wall seconds kept after the solver for the fill pass, decoding, the look-ahead and the
         checker on an idle machine."""
-        return RESERVE_FRACTION * self.limit_s + RESERVE_PER_JOB_S * self.jobs
+        knee = min(self.jobs, RESERVE_KNEE_JOBS)
+        return (RESERVE_FRACTION * self.limit_s + RESERVE_PER_JOB_S * knee
+                + RESERVE_PER_JOB_PAST_KNEE_S * (self.jobs - knee))
 
     @property
     def workflow_wall_s(self) -> float:

@@ -104,6 +104,8 @@ def test_the_budget_hands_out_shares_of_the_limit_without_the_clock() -> None:
     assert b.deadline == 2.0
     assert b.solver_work_s == pytest.approx(0.6 * 2.0 - 40e-6 * 1000)
     assert b.reserve_s == pytest.approx(0.1 * 2.0 + 150e-6 * 1000)
+    # past 1,000 jobs each further job keeps 60 us
+    assert Budget(1.0, jobs=3000, t0=0.0).reserve_s == pytest.approx(0.1 + 150e-6 * 1000 + 60e-6 * 2000)
     assert b.workflow_wall_s == 0.0
     assert b.part_limit_s == pytest.approx(1.4)
     assert b.lookahead_work_s == pytest.approx(0.1)
