@@ -264,7 +264,23 @@ def _solve_epoch(
         decision.solver.notes.append(split_note)
     decision.solver.stage_seconds = {k: round(v, 6) for k, v in ep.stage.items()}
     decision.solver.seconds = round(time.monotonic() - t0, 6)
+    if decision.solver.seconds > params.time_limit_s:
+        # a warning on the log (stderr), not a note: the decision stays the same on any machine
+        jobs = len(state.snapshot.jobs)
+        log.warning("%s", overrun_text(decision.solver.seconds, params.time_limit_s, jobs))
     return decision
+
+
+def overrun_text(seconds: float, limit_s: float, jobs: int) -> str:
+    """The warning of a call that ended after its limit: the stages that every decision needs
+    (reading, predictions, candidates, the greedy plan, placing, decoding, checking) took longer
+    than the limit at this size (or on this machine's load), so even the labelled greedy plan
+    came late."""
+    return (
+        f"over the time limit: the call took {seconds:.3g} s against time_limit_s {limit_s:g}; the "
+        f"stages every decision needs took longer than that at this snapshot's size ({jobs} jobs) "
+        "or on this machine's load: raise time_limit_s, or split the epoch (partitions)"
+    )
 
 
 def _partitions(state: ClusterState, value: int | str | None) -> int:

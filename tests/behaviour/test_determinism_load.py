@@ -164,3 +164,19 @@ def test_cbc_that_writes_no_solution_is_a_wall_clock_stop_only_when_the_clock_ra
         assert d.solver.fallback_reason is not None
         assert "gave no solution" in d.solver.fallback_reason
         assert d.solver.fallback_reason != WALL_CLOCK_FALLBACK
+
+
+def test_a_call_past_its_limit_warns_on_the_log_and_keeps_its_decision(
+    venus: ClusterState, caplog: pytest.LogCaptureFixture
+) -> None:
+    # a limit no pipeline meets: the labelled greedy plan comes late, and the log (not the
+    # decision, which stays the same on any machine) says so and what to do
+    with caplog.at_level("WARNING", logger="optsched"):
+        d = optsched.solve_epoch(venus, params=SolveParams(time_limit_s=1e-4), predictor=PRED)
+    assert d.status == "fallback" and d.solver.fallback_reason == WALL_CLOCK_FALLBACK
+    assert d.solver.seconds > 1e-4
+    warned = [r.getMessage() for r in caplog.records if "over the time limit" in r.getMessage()]
+    assert len(warned) == 1 and "raise time_limit_s" in warned[0]
+    assert f"({len(venus.snapshot.jobs)} jobs)" in warned[0]
+    assert not any("over the time limit" in n for n in d.solver.notes)
+    assert check_decision(venus, d) == []
