@@ -236,6 +236,9 @@ def _solve_epoch(
         else:
             d.solver.stage_seconds = {"validate": round(stage["validate"], 6), **d.solver.stage_seconds}
             d.solver.seconds = round(time.monotonic() - t0, 6)
+            if d.solver.seconds > params.time_limit_s:
+                jobs = len(state.snapshot.jobs)
+                log.warning("%s", overrun_text(d.solver.seconds, params.time_limit_s, jobs))
             return d
     # the pool's size first (cluster GPUs lent to or returned from the serving pool): the
     # cluster part and the planner then see the pool it leaves, and the checker judges the
