@@ -23,7 +23,20 @@ What it may do, so that the next epoch's model never has to undo it:
    joins a running job as its MPS guest when the predicted pair is safe (:func:`_guests`:
    the same limits the full model's guest candidates obey).
 
-It never preempts. The decision's ``assurance`` is the previous
+4. **a guaranteed job's own room** (``preempt_own``, off by default; after the steps above): a guaranteed job
+   still queued, which neither its quota and the free GPUs nor a loan could start, stops
+   best-effort jobs *of its own tenant* running inside quota on an allowed type (newest first:
+   the least work lost), as many as its quota room and its placement need and no more: a
+   victim stays stopped only when the start takes its GPUs or needs its quota.
+   Each victim is preemptible, on available nodes, no MPS host or guest, past its
+   ``min_runtime_s`` and within its tenant's ``max_gpus_per_epoch``, and the GPUs stopped per
+   type stay within what the decision's guaranteed in-quota starts take there plus the largest
+   best-effort gang less one (the full model's ``preempt_in_quota_only_for_guaranteed``).
+   Other tenants are never touched between epochs: a reclaim of lent quota waits for the epoch.
+   Without it, a guaranteed job behind its own tenant's best-effort work waited for the next
+   epoch (up to ``epoch_s``).
+
+Without step 4 it never preempts; with it, nothing else. The decision's ``assurance`` is the previous
 one (the signal moves once per epoch) and ``assurance_state`` counts the guaranteed jobs it
 starts as met or missed without decaying the counts (decay is per epoch, see
 :mod:`optsched.engine.assurance`).
@@ -51,7 +64,7 @@ from optsched.engine.shape import shape_of
 from optsched.engine.state import ClusterState
 from optsched.errors import OptschedError
 from optsched.predict.base import Predictor
-from optsched.schema.decision import Decision, SolverInfo, Start
+from optsched.schema.decision import Decision, Preempt, PreemptReason, SolverInfo, Start
 from optsched.schema.snapshot import GpuRef, Job
 
 __all__ = ["EVENT_BACKEND", "EventPathError", "decide_event", "event_order"]
@@ -146,6 +159,7 @@ class _EventLedger:
     """Types best-effort jobs keep off (cap-starved tenants' guaranteed jobs wait for them)."""
     starts: list[Start] = field(default_factory=list)
     started: set[str] = field(default_factory=set)
+    preempts: list[Preempt] = field(default_factory=list)
 
 
 def _covered(led: _EventLedger, key: tuple[str, str], gpus: int) -> bool:
@@ -198,6 +212,129 @@ def _start_in_quota(led: _EventLedger, order: list[Job]) -> set[str]:
     return blocked
 
 
+def _own_victims(state: ClusterState, tenant: str, t: str, stopped: set[str]) -> list[Job]:
+    """The running best-effort jobs of ``tenant`` inside quota on type ``t`` that a guaranteed
+    start of the same tenant may stop between epochs (see step 4), newest first (least work
+    lost), then id."""
+    snap = state.snapshot
+    ten = snap.tenants[state.tenant_index[tenant]]
+    pre = ten.preemption
+    hosts = set(state.host_of.values())
+    out: list[Job] = []
+    for job in state.running():
+        if job.tenant != tenant or job.qos == "guaranteed" or job.on_loan or job.id in stopped:
+            continue
+        if job.allocation is None or state.job_type(job) != t or not job.is_preemptible:
+            continue
+        if shape_of(state, job, t).fractional:
+            continue  # a share frees no whole GPU
+        if job.id in state.host_of or job.id in hosts or job.colocated:
+            continue
+        if any(not state.node_available(r.node) for r in job.allocation):
+            continue
+        minimum = job.min_runtime_s if job.min_runtime_s is not None else pre.min_runtime_s if pre else 0.0
+        if job.start_s is not None and snap.now - job.start_s < minimum:
+            continue
+        out.append(job)
+    out.sort(key=lambda j: (-(j.start_s if j.start_s is not None else -math.inf), j.id))
+    return out
+
+
+def _gang(state: ClusterState) -> dict[str, int]:
+    """Per type, the largest best-effort gang running inside quota on available nodes (not an
+    MPS guest): a gang stops whole, so a start may free up to that less one GPU more than it
+    takes (the checker's best-effort victim rule)."""
+    gang: dict[str, int] = defaultdict(int)
+    for job in state.running():
+        if job.qos == "guaranteed" or job.on_loan or job.allocation is None or job.id in state.host_of:
+            continue
+        if any(not state.node_available(r.node) for r in job.allocation):
+            continue
+        t = state.job_type(job)
+        gang[t] = max(gang[t], job.gpus)
+    return gang
+
+
+def _preempt_own(led: _EventLedger, order: list[Job]) -> int:
+    """Step 4: stop a guaranteed job's own tenant's best-effort jobs for its start inside
+    quota (see the module docstring); the number of jobs started so."""
+    state = led.state
+    snap = state.snapshot
+    stopped: set[str] = set()
+    freed: dict[str, int] = defaultdict(int)  # GPUs best-effort stops free, per type
+    taken: dict[str, int] = defaultdict(int)  # GPUs guaranteed in-quota starts take, per type
+    for st in led.starts:
+        guaranteed = state.job(st.job).qos == "guaranteed"
+        if guaranteed and not st.on_loan and not st.colocated_with and st.allocation:
+            taken[state.node_type(st.allocation[0].node)] += len(st.allocation)
+    gang = _gang(state)
+    capped: dict[str, int] = defaultdict(int)  # GPUs of each tenant stopped so far
+    n = 0
+    for job in order:
+        if job.id in led.started or job.qos != "guaranteed":
+            continue
+        ten = snap.tenants[state.tenant_index[job.tenant]]
+        cap = ten.preemption.max_gpus_per_epoch if ten.preemption is not None else None
+        for t in state.allowed_types(job):
+            key = (job.tenant, t)
+            if key in led.kept:
+                continue
+            candidates = _own_victims(state, job.tenant, t, stopped)
+            # quota room: stopping its own jobs inside quota gives it back
+            need_room = led.own[key] + job.gpus - state.quota(job.tenant, t)
+            if need_room > sum(v.gpus for v in candidates):
+                continue
+            shape = shape_of(state, job, t)
+            room = taken[t] + job.gpus + max(0, gang[t] - 1) - freed[t]
+            released: list[Job] = []
+            for v in candidates:
+                if need_room <= 0 and led.placer.fits(t, shape):
+                    break
+                if v.gpus > room or (cap is not None and capped[job.tenant] + v.gpus > cap):
+                    continue
+                assert v.allocation is not None
+                led.placer.release(v.allocation, shape_of(state, v, t))
+                released.append(v)
+                room -= v.gpus
+                need_room -= v.gpus
+            fits = need_room <= 0 and bool(released)
+            alloc = led.placer.place(t, shape) if fits else None
+            used = {(r.node, r.gpu) for r in alloc or ()}
+            victims = [v for v in released if any((r.node, r.gpu) in used for r in v.allocation or ())]
+            # the quota room the start needs beyond the victims it runs on: the next ones in order
+            short = led.own[key] + job.gpus - state.quota(job.tenant, t) - sum(v.gpus for v in victims)
+            for v in released:
+                if v not in victims and short > 0 and alloc is not None:
+                    victims.append(v)
+                    short -= v.gpus
+            for v in released:
+                if v not in victims:  # not needed (or no room made): it runs on
+                    assert v.allocation is not None
+                    led.placer.take(v.allocation, shape_of(state, v, t))
+            gone = sum(v.gpus for v in victims)
+            led.use[key] -= gone
+            if alloc is None or not _covered(led, key, job.gpus):
+                led.use[key] += gone
+                if alloc is not None:
+                    led.placer.release(alloc, shape)
+                    for v in victims:
+                        assert v.allocation is not None
+                        led.placer.take(v.allocation, shape_of(state, v, t))
+                continue
+            for v in victims:
+                stopped.add(v.id)
+                led.preempts.append(Preempt(job=v.id, reason=PreemptReason.PRIORITY, lost_s=v.restart_cost_s))
+            freed[t] += gone
+            capped[job.tenant] += gone
+            led.own[key] += job.gpus - gone
+            taken[t] += job.gpus
+            led.starts.append(Start(job=job.id, allocation=alloc, on_loan=False))
+            led.started.add(job.id)
+            n += 1
+            break
+    return n
+
+
 def _start_on_loan(led: _EventLedger, order: list[Job], blocked: set[str], hold_for_quota: bool) -> None:
     """Step 2: the surplus loans, in the event order; with ``hold_for_quota`` not for a job
     allowed on a type where an in-quota job stays queued."""
@@ -227,6 +364,9 @@ def _event_decision(led: _EventLedger, order: list[Job]) -> Decision:
     snap = state.snapshot
     loans, uncovered = derive_loans(state, led.use, led.signal, led.kept)
     notes = [f"event path: {len(led.starts)} start(s) between epochs"]
+    if led.preempts:
+        notes.append(f"event path: {len(led.preempts)} best-effort job(s) stopped for their own "
+                     "tenant's guaranteed starts inside quota")
     notes += [over_quota_note(ten, t, n) for (ten, t), n in sorted(uncovered.items())]
     queue = [j.id for j in order if j.id not in led.started]
     prev = snap.assurance_state or {}
@@ -235,7 +375,7 @@ def _event_decision(led: _EventLedger, order: list[Job]) -> Decision:
         status="feasible",
         solver=SolverInfo(backend=EVENT_BACKEND, seconds=0.0, notes=notes),
         start=sorted(led.starts, key=lambda s: s.job),
-        preempt=[],
+        preempt=sorted(led.preempts, key=lambda p: p.job),
         queue=queue,
         loans=loans,
         kept_over_quota=kept_over_quota(uncovered),
@@ -254,9 +394,13 @@ def _check(state: ClusterState, decision: Decision) -> None:
 
 def decide_event(state: ClusterState, *, allow_loans: bool = True,
                  hold_for_quota: bool = True, predictor: Predictor | None = None,
-                 weights: ObjectiveWeights | None = None) -> Decision:
+                 weights: ObjectiveWeights | None = None, preempt_own: bool = False) -> Decision:
     """Start the pending jobs of ``state`` that fit now (see the module docstring).
 
+    ``preempt_own=True`` adds step 4 (off by default: on the shipped mini trace, three seeds,
+    partitioned, it raised the guaranteed tenants' QoS from 0.982 to 0.984 and cost 46
+    preemptions against 36, 24.2 lost GPU-hours against 21.3 and 4% more average queueing;
+    pooled it changed nothing that matters).
     ``predictor`` (the engine's pair predictor) enables MPS guests on safe pairs; ``weights``
     gives ``min_guest_speed`` (default :class:`ObjectiveWeights`). ``hold_for_quota=False``
     lets jobs borrow even while an in-quota job waits for the type (for experiments).
@@ -280,6 +424,9 @@ def decide_event(state: ClusterState, *, allow_loans: bool = True,
         _start_on_loan(led, order, blocked, hold_for_quota)
     if predictor is not None:
         _start_guests(led, order, predictor, weights)
+    if preempt_own and _preempt_own(led, order):
+        # a victim stopped for quota room leaves its GPUs free: jobs inside their quota take them
+        _start_in_quota(led, [j for j in order if j.id not in led.started])
     decision = _event_decision(led, order)
     _check(state, decision)
     decision.solver.seconds = round(time.perf_counter() - t0, 6)

@@ -238,3 +238,106 @@ def test_unsafe_pairs_are_refused() -> None:
     pred = FixedPairs({("h0", "g"): (1.0, 1.0), ("h1", "g"): (1.0, 1.0)})
     assert decide_event(state_of(snap), predictor=pred).start == []
     assert pred.asked == []
+
+
+def _a_full_of_its_best_effort() -> dict[str, Any]:
+    """Two 4-GPU nodes: tenant a runs two 2-GPU best-effort jobs inside its quota on n0 (the
+    newer one started at 8,000 s), b a 4-GPU guaranteed job on n1; a's 2-GPU guaranteed job
+    arrives. Nothing is free."""
+    snap = two_nodes()
+    snap["jobs"] = [
+        running("old", "a", [("n0", 0), ("n0", 1)], start_s=5_000.0, qos="best_effort"),
+        running("new", "a", [("n0", 2), ("n0", 3)], start_s=8_000.0, qos="best_effort"),
+        running("b1", "b", [("n1", g) for g in range(4)], start_s=5_000.0),
+        pending("g", "a", 2, submit_s=9_500.0),
+    ]
+    return snap
+
+
+def test_a_guaranteed_job_stops_its_own_tenants_newest_best_effort_job_and_only_that() -> None:
+    snap = _a_full_of_its_best_effort()
+    st = state_of(snap)
+    d = decide_event(st, preempt_own=True)
+    assert [(p.job, p.reason.value) for p in d.preempt] == [("new", "priority")]
+    assert [s.job for s in d.start] == ["g"] and not d.start[0].on_loan
+    assert {(r.node, r.gpu) for r in d.start[0].allocation} == {("n0", 2), ("n0", 3)}
+    assert d.queue == []
+    assert any("stopped for their own tenant's guaranteed starts" in n for n in d.solver.notes)
+    assert check_decision(st, d) == []
+
+
+def test_the_event_path_by_default_leaves_the_guaranteed_job_queued() -> None:
+    snap = _a_full_of_its_best_effort()
+    d = decide_event(state_of(snap))
+    assert d.preempt == [] and d.start == [] and d.queue == ["g"]
+
+
+def test_a_best_effort_job_inside_its_minimum_runtime_is_not_stopped() -> None:
+    snap = _a_full_of_its_best_effort()
+    snap["jobs"][1]["min_runtime_s"] = 5_000.0  # "new" has run 2,000 s of its 5,000
+    st = state_of(snap)
+    d = decide_event(st, preempt_own=True)
+    assert [p.job for p in d.preempt] == ["old"]  # the next newest, past its minimum
+    assert check_decision(st, d) == []
+
+
+def test_the_event_path_never_stops_another_tenants_job() -> None:
+    # a's quota is idle but b's best-effort job runs there on loan: taking it back is a
+    # reclaim, which waits for the epoch's model
+    snap = two_nodes()
+    snap["jobs"] = [
+        running("b1", "b", [("n1", g) for g in range(4)], start_s=5_000.0),
+        running("bl", "b", [("n0", g) for g in range(4)], start_s=8_000.0, qos="best_effort", on_loan=True),
+        pending("g", "a", 2, submit_s=9_500.0),
+    ]
+    d = decide_event(state_of(snap), preempt_own=True)
+    assert d.preempt == [] and d.start == [] and d.queue == ["g"]
+
+
+def test_a_stop_that_would_not_make_room_is_undone() -> None:
+    # a's 4-GPU guaranteed job fits a's quota only if both its 2-GPU best-effort jobs stop, but
+    # they sit on two nodes: no node can be emptied for the 4-GPU gang, so nothing stops
+    snap = two_nodes()
+    snap["jobs"] = [
+        running("x", "a", [("n0", 0), ("n0", 1)], start_s=5_000.0, qos="best_effort"),
+        running("y", "a", [("n1", 0), ("n1", 1)], start_s=8_000.0, qos="best_effort"),
+        running("b1", "b", [("n0", 2), ("n0", 3)], start_s=5_000.0),
+        running("b2", "b", [("n1", 2), ("n1", 3)], start_s=5_000.0),
+        pending("g", "a", 4, submit_s=9_500.0),
+    ]
+    d = decide_event(state_of(snap), preempt_own=True)
+    assert d.preempt == [] and d.start == [] and d.queue == ["g"]
+
+
+def test_a_guaranteed_job_that_can_borrow_borrows_rather_than_stop_its_own_work() -> None:
+    # a's quota is full of its best-effort jobs, but b's idle quota has 2 free GPUs on n1: the
+    # guaranteed job starts there on loan, and nothing is stopped
+    snap = two_nodes()
+    snap["jobs"] = [
+        running("old", "a", [("n0", 0), ("n0", 1)], start_s=5_000.0, qos="best_effort"),
+        running("new", "a", [("n0", 2), ("n0", 3)], start_s=8_000.0, qos="best_effort"),
+        running("b1", "b", [("n1", 0), ("n1", 1)], start_s=5_000.0),
+        pending("g", "a", 2, submit_s=9_500.0),
+    ]
+    st = state_of(snap)
+    d = decide_event(st, preempt_own=True)
+    assert d.preempt == [] and [(s.job, s.on_loan) for s in d.start] == [("g", True)]
+    assert check_decision(st, d) == []
+
+
+def test_a_victim_stopped_for_quota_room_leaves_gpus_that_jobs_inside_quota_take() -> None:
+    # a holds its quota of 4 with a 4-GPU best-effort job on n0; b holds n1 with 4 guaranteed
+    # GPUs (its quota). a's 2-GPU guaranteed job cannot borrow (no idle quota) and stops a's
+    # job; the 2 GPUs it does not need go to a's next job inside quota
+    snap = two_nodes()
+    snap["jobs"] = [
+        running("be4", "a", [("n0", g) for g in range(4)], start_s=8_000.0, qos="best_effort"),
+        running("b1", "b", [("n1", g) for g in range(4)], start_s=5_000.0),
+        pending("g", "a", 2, submit_s=9_500.0),
+        pending("be2", "a", 2, submit_s=9_600.0, qos="best_effort"),
+    ]
+    st = state_of(snap)
+    d = decide_event(st, preempt_own=True)
+    assert [p.job for p in d.preempt] == ["be4"]
+    assert sorted((s.job, s.on_loan) for s in d.start) == [("be2", False), ("g", False)]
+    assert check_decision(st, d) == []
