@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -351,6 +351,86 @@ def joint(
         write_atomic(out / "summary.md", joint_markdown(summary))
     _console().print((out / "summary.md").read_text())
     _console().print(f"wrote {out / 'summary.json'} and {out / 'summary.md'}")
+
+
+@app.command()
+def tradeoff(
+    runs: list[Path] = typer.Argument(..., help="folders written by `optsched workflows joint`"),
+    out: Path = OUT,
+) -> None:
+    """GPU-seconds saved per session against makespan, one point per arm/policy of each joint
+    run (its `--lending` settings as the label): writes tradeoff.md and tradeoff.png."""
+    check_out_dir(out, "--out")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows: list[dict[str, Any]] = []
+    for run in runs:
+        path = run / "summary.json"
+        if not path.is_file():
+            fail("runs", f"'{run}' holds no summary.json of `optsched workflows joint`")
+        try:
+            summary = json.loads(path.read_text())
+            lending = summary["joint"]["lending"]
+            means, targets, n = summary["means"], summary["targets"], summary["sessions_per_seed"]
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            fail("runs", f"'{path}' is not a joint summary: {exc}")
+        label = ", ".join(f"{k}={v}" for k, v in sorted(lending.items())) or "defaults"
+        for arm, t in targets.items():
+            if not isinstance(t, dict) or arm not in means:
+                continue
+            m = means[arm]
+            rows.append({
+                "label": label if arm.startswith("joint/") else "fixed pool",
+                "arm": arm,
+                "makespan_s": m["makespan_s"],
+                "p95_s": m["p95_latency_s"],
+                "gpu_s": m["gpu_s_per_session"],
+                "parts": (m["compute_s"], m["loading_s"], m["idle_s"]),
+                "saved": t["gpu_s_saved"],
+                "ratio": t["makespan_ratio"],
+                "lent": m.get("pool_lent_gpu_s", 0.0) / n,
+                "max_pool": m.get("pool_max_pool_gpus", 0.0),
+            })
+    seen: set[tuple[str, str, float]] = set()
+    uniq = []
+    for r in rows:  # the fixed arm is the same in every run: once
+        key = (r["label"], r["arm"], round(r["makespan_s"], 6))
+        if key not in seen:
+            seen.add(key)
+            uniq.append(r)
+    uniq.sort(key=lambda r: (r["arm"], r["makespan_s"]))
+    lines = [
+        "| arm / policy | lending | makespan s (ratio) | p95 s | GPU-s/session (compute+load+idle) "
+        "| saved vs best baseline | lent GPU-s/session | max pool |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in uniq:
+        c, lo, i = r["parts"]
+        lines.append(
+            f"| {r['arm']} | {r['label']} | {r['makespan_s']:.1f} ({r['ratio']:.3f}) | {r['p95_s']:.1f} "
+            f"| {r['gpu_s']:.1f} ({c:.1f}+{lo:.1f}+{i:.1f}) | {r['saved']:.1f} | {r['lent']:.1f} "
+            f"| {r['max_pool']:.1f} |"
+        )
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for r in uniq:
+        colour = "tab:blue" if r["arm"].startswith("joint/") else "tab:gray"
+        ax.scatter(r["makespan_s"], r["saved"], color=colour)
+        ax.annotate(f"{r['arm']} {r['label']}", (r["makespan_s"], r["saved"]), fontsize=7,
+                    xytext=(3, 3), textcoords="offset points")
+    ax.set_xlabel("makespan (s, mean over seeds)")
+    ax.set_ylabel("GPU-s per session saved vs best baseline")
+    ax.set_title("Workflow pool: GPU-seconds saved against makespan")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    with out_dir(out):
+        write_atomic(out / "tradeoff.md", "\n".join(lines) + "\n")
+        fig.savefig(out / "tradeoff.png", dpi=110)
+    plt.close(fig)
+    _console().print("\n".join(lines))
+    _console().print(f"wrote {out / 'tradeoff.md'} and {out / 'tradeoff.png'}")
 
 
 @app.command()
