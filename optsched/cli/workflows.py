@@ -357,9 +357,13 @@ def joint(
 def tradeoff(
     runs: list[Path] = typer.Argument(..., help="folders written by `optsched workflows joint`"),
     out: Path = OUT,
+    labels: str = typer.Option("", help="comma-separated label per run (default: its --lending settings)"),
 ) -> None:
     """GPU-seconds saved per session against makespan, one point per arm/policy of each joint
-    run (its `--lending` settings as the label): writes tradeoff.md and tradeoff.png."""
+    run (labelled by its `--lending` settings or `--labels`): writes tradeoff.md and tradeoff.png."""
+    names = [x.strip() for x in labels.split(",")] if labels else []
+    if names and len(names) != len(runs):
+        fail("--labels", f"{len(names)} label(s) for {len(runs)} run(s)")
     check_out_dir(out, "--out")
     import matplotlib
 
@@ -367,7 +371,7 @@ def tradeoff(
     import matplotlib.pyplot as plt
 
     rows: list[dict[str, Any]] = []
-    for run in runs:
+    for k, run in enumerate(runs):
         path = run / "summary.json"
         if not path.is_file():
             fail("runs", f"'{run}' holds no summary.json of `optsched workflows joint`")
@@ -377,13 +381,13 @@ def tradeoff(
             means, targets, n = summary["means"], summary["targets"], summary["sessions_per_seed"]
         except (json.JSONDecodeError, KeyError, TypeError) as exc:
             fail("runs", f"'{path}' is not a joint summary: {exc}")
-        label = ", ".join(f"{k}={v}" for k, v in sorted(lending.items())) or "defaults"
+        label = names[k] if names else ", ".join(f"{x}={v}" for x, v in sorted(lending.items())) or "defaults"
         for arm, t in targets.items():
             if not isinstance(t, dict) or arm not in means:
                 continue
             m = means[arm]
             rows.append({
-                "label": label if arm.startswith("joint/") else "fixed pool",
+                "label": label if arm.startswith("joint/") or names else "fixed pool",
                 "arm": arm,
                 "makespan_s": m["makespan_s"],
                 "p95_s": m["p95_latency_s"],
@@ -396,8 +400,8 @@ def tradeoff(
             })
     seen: set[tuple[str, str, float]] = set()
     uniq = []
-    for r in rows:  # the fixed arm is the same in every run: once
-        key = (r["label"], r["arm"], round(r["makespan_s"], 6))
+    for r in rows:  # a fixed arm measured alike in several runs: once
+        key = (r["arm"], round(r["makespan_s"], 6), round(r["gpu_s"], 6))
         if key not in seen:
             seen.add(key)
             uniq.append(r)

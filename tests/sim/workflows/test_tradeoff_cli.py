@@ -66,3 +66,18 @@ def test_tradeoff_names_a_folder_without_a_summary(
     assert code == 2
     assert "runs" in err and "summary.json" in err
     assert not (tmp_path / "o").exists()
+
+
+def test_tradeoff_labels_name_each_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a = _summary(tmp_path / "a", {}, (150.0, 57.0, 4.0))
+    args = ["workflows", "tradeoff", str(a), "--out", str(tmp_path / "o")]
+    code, _, err = _run([*args, "--labels", "x,y"], capsys)
+    assert code == 2 and "--labels" in err and "2 label(s) for 1 run(s)" in err
+    assert not (tmp_path / "o").exists()
+    code, _, err = _run([*args, "--labels", "before"], capsys)
+    assert code == 0, err
+    rows = (tmp_path / "o" / "tradeoff.md").read_text().splitlines()
+    assert [r.split(" | ")[:2] for r in rows[2:]] == [
+        ["| fixed/greedy", "before"],
+        ["| joint/greedy", "before"],
+    ]
