@@ -418,12 +418,17 @@ def tradeoff(
             f"| {r['gpu_s']:.1f} ({c:.1f}+{lo:.1f}+{i:.1f}) | {r['saved']:.1f} | {r['lent']:.1f} "
             f"| {r['max_pool']:.1f} |"
         )
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    fig, ax = plt.subplots(figsize=(8.0, 4.8))
+    at: dict[tuple[float, float], list[str]] = {}
     for r in uniq:
         colour = "tab:blue" if r["arm"].startswith("joint/") else "tab:gray"
         ax.scatter(r["makespan_s"], r["saved"], color=colour)
-        ax.annotate(f"{r['arm']} {r['label']}", (r["makespan_s"], r["saved"]), fontsize=7,
-                    xytext=(3, 3), textcoords="offset points")
+        point = (round(r["makespan_s"], 1), round(r["saved"], 1))
+        at.setdefault(point, []).append(f"{r['arm']} {r['label']}")
+    for k, ((x, y), texts) in enumerate(sorted(at.items())):  # one label per point, alternating sides
+        ax.annotate("\n".join(texts), (x, y), fontsize=7, xytext=(6, -12 if k % 2 else 4),
+                    textcoords="offset points")
+    ax.margins(x=0.35, y=0.12)
     ax.set_xlabel("makespan (s, mean over seeds)")
     ax.set_ylabel("GPU-s per session saved vs best baseline")
     ax.set_title("Workflow pool: GPU-seconds saved against makespan")

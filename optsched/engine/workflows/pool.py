@@ -25,8 +25,9 @@ is the one with the largest net value over one epoch (``snapshot.epoch_s``):
   GPU-seconds of cluster work when a queued cluster job that could borrow the GPU would
   otherwise get it (free GPUs beyond the queued demand cost nothing).
 
-The pool never grows beyond the number of pending and running activations (no more GPUs can
-be busy at once). It must be a free cluster GPU (on an available node, no running job) of a type in
+The pool never grows beyond the *runnable width*: running activations plus the pending ones
+whose dependencies are all done (no more GPUs can start work now; a GPU beyond it waits with a
+model resident). It must be a free cluster GPU (on an available node, no running job) of a type in
 ``pool_lending.gpu_types``, from the idle quota of an allowed lender: ``quota - own use -
 already lent to the pool - the in-quota demand of its own queued guaranteed jobs`` (owner
 first), within ``lend_limit``, while every tenant's running borrowed use stays covered by the
@@ -42,7 +43,7 @@ owners' queued in-quota demand. Among GPUs of a type, the most fragmented node g
   work needs, so the owner's job starts in the same call without reclaiming a borrower's job;
 * when the snapshot no longer allows it (``not_lendable``: type, lender or ``max_size``);
 * when the burst has passed: it has been lent ``min_lend_s`` or longer and the backlog drains
-  within ``return_drain_s`` without it, or the pool has more GPUs than activations left to run
+  within ``return_drain_s`` without it, or the pool has more GPUs than the runnable width
   (``burst_passed``); slowest GPUs first.
 
 Only idle lent GPUs go back (no running activation, ``busy_until_s`` not after ``now``; a busy
