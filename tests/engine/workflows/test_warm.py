@@ -123,3 +123,19 @@ def test_baselines_keep_every_model_warm() -> None:
     prob = build_workflow_problem(state)
     plan = list_schedule(prob, replace(OURS_GREEDY, keep_warm=False)).to_plan(prob, "feasible")
     assert _evictions(plan) == []
+
+
+def test_with_nothing_pending_the_planner_still_lets_cold_models_go() -> None:
+    """No pending activation: the planner returns no unit, but the 8B model nobody recent uses
+    goes at once, while the small model 31 recent sessions use (gap under its 1 s reload) stays;
+    with ``keep_warm`` off it keeps both, as before the rule."""
+    from optsched.engine.workflows.planner import PlannerConfig, plan_workflows
+
+    recent = [_session(f"r{i}", NOW - 1.0 - 0.5 * i, SMALL) for i in range(31)]
+    state = _state(recent, [[SMALL], [MID]])
+    plan = plan_workflows(state, time_limit_s=1.0)
+    assert plan.units == [] and plan.status == "optimal"
+    assert _evictions(plan) == [(1, MID, NOW)]
+    assert check_workflow_plan(state, plan) == []
+    off = plan_workflows(state, time_limit_s=1.0, config=PlannerConfig(keep_warm=False))
+    assert off.units == [] and off.model_actions == []
