@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -351,6 +351,95 @@ def joint(
         write_atomic(out / "summary.md", joint_markdown(summary))
     _console().print((out / "summary.md").read_text())
     _console().print(f"wrote {out / 'summary.json'} and {out / 'summary.md'}")
+
+
+@app.command()
+def tradeoff(
+    runs: list[Path] = typer.Argument(..., help="folders written by `optsched workflows joint`"),
+    out: Path = OUT,
+    labels: str = typer.Option("", help="comma-separated label per run (default: its --lending settings)"),
+) -> None:
+    """GPU-seconds saved per session against makespan, one point per arm/policy of each joint
+    run (labelled by its `--lending` settings or `--labels`): writes tradeoff.md and tradeoff.png."""
+    names = [x.strip() for x in labels.split(",")] if labels else []
+    if names and len(names) != len(runs):
+        fail("--labels", f"{len(names)} label(s) for {len(runs)} run(s)")
+    check_out_dir(out, "--out")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows: list[dict[str, Any]] = []
+    for k, run in enumerate(runs):
+        path = run / "summary.json"
+        if not path.is_file():
+            fail("runs", f"'{run}' holds no summary.json of `optsched workflows joint`")
+        try:
+            summary = json.loads(path.read_text())
+            lending = summary["joint"]["lending"]
+            means, targets, n = summary["means"], summary["targets"], summary["sessions_per_seed"]
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            fail("runs", f"'{path}' is not a joint summary: {exc}")
+        label = names[k] if names else ", ".join(f"{x}={v}" for x, v in sorted(lending.items())) or "defaults"
+        for arm, t in targets.items():
+            if not isinstance(t, dict) or arm not in means:
+                continue
+            m = means[arm]
+            rows.append({
+                "label": label if arm.startswith("joint/") or names else "fixed pool",
+                "arm": arm,
+                "makespan_s": m["makespan_s"],
+                "p95_s": m["p95_latency_s"],
+                "gpu_s": m["gpu_s_per_session"],
+                "parts": (m["compute_s"], m["loading_s"], m["idle_s"]),
+                "saved": t["gpu_s_saved"],
+                "ratio": t["makespan_ratio"],
+                "lent": m.get("pool_lent_gpu_s", 0.0) / n,
+                "max_pool": m.get("pool_max_pool_gpus", 0.0),
+            })
+    seen: set[tuple[str, str, float]] = set()
+    uniq = []
+    for r in rows:  # a fixed arm measured alike in several runs: once
+        key = (r["arm"], round(r["makespan_s"], 6), round(r["gpu_s"], 6))
+        if key not in seen:
+            seen.add(key)
+            uniq.append(r)
+    uniq.sort(key=lambda r: (r["arm"], r["makespan_s"]))
+    lines = [
+        "| arm / policy | lending | makespan s (ratio) | p95 s | GPU-s/session (compute+load+idle) "
+        "| saved vs best baseline | lent GPU-s/session | max pool |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in uniq:
+        c, lo, i = r["parts"]
+        lines.append(
+            f"| {r['arm']} | {r['label']} | {r['makespan_s']:.1f} ({r['ratio']:.3f}) | {r['p95_s']:.1f} "
+            f"| {r['gpu_s']:.1f} ({c:.1f}+{lo:.1f}+{i:.1f}) | {r['saved']:.1f} | {r['lent']:.1f} "
+            f"| {r['max_pool']:.1f} |"
+        )
+    fig, ax = plt.subplots(figsize=(8.0, 4.8))
+    at: dict[tuple[float, float], list[str]] = {}
+    for r in uniq:
+        colour = "tab:blue" if r["arm"].startswith("joint/") else "tab:gray"
+        ax.scatter(r["makespan_s"], r["saved"], color=colour)
+        point = (round(r["makespan_s"], 1), round(r["saved"], 1))
+        at.setdefault(point, []).append(f"{r['arm']} {r['label']}")
+    for k, ((x, y), texts) in enumerate(sorted(at.items())):  # one label per point, alternating sides
+        ax.annotate("\n".join(texts), (x, y), fontsize=7, xytext=(6, -12 if k % 2 else 4),
+                    textcoords="offset points")
+    ax.margins(x=0.35, y=0.12)
+    ax.set_xlabel("makespan (s, mean over seeds)")
+    ax.set_ylabel("GPU-s per session saved vs best baseline")
+    ax.set_title("Workflow pool: GPU-seconds saved against makespan")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    with out_dir(out):
+        write_atomic(out / "tradeoff.md", "\n".join(lines) + "\n")
+        fig.savefig(out / "tradeoff.png", dpi=110)
+    plt.close(fig)
+    _console().print("\n".join(lines))
+    _console().print(f"wrote {out / 'tradeoff.md'} and {out / 'tradeoff.png'}")
 
 
 @app.command()

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from optsched.engine.workflows.problem import ActKey, Cand, Dev, Problem
+from optsched.engine.workflows.warm import cold_evictions
 from optsched.schema.decision import ModelAction, Unit, WorkflowPlan
 from optsched.schema.snapshot import GpuRef
 
@@ -38,6 +39,9 @@ class ListPolicy:
     fusion: bool = False
     load_weight: float = 0.0
     """Placement penalty per second of model loading (GPU-seconds spent on setup)."""
+    keep_warm: bool = False
+    """Evict, after its last planned use, every model whose predicted next use on the device
+    comes after its reload cost is repaid (:mod:`optsched.engine.workflows.warm`)."""
     mix_weight: float = 1.0
     """Second-term weight of the mixed orders: ``aged`` (seconds of remaining work forgiven
     per second waited), ``lasrank`` and ``lst`` (seconds of priority per second of upward
@@ -338,6 +342,8 @@ def list_schedule(
             npred[j] -= 1
             if npred[j] == 0:
                 ready_set.add(j)
+    if policy.keep_warm:
+        sched.actions.extend(cold_evictions(prob, [{m: v[1] for m, v in st.models.items()} for st in states]))
     return sched
 
 
@@ -350,7 +356,9 @@ OURS_GREEDY = ListPolicy(
     fusion=True,
     load_weight=2.0,
     mix_weight=1.5,
+    keep_warm=True,
 )
 """The planner's own greedy (fallback and CP-SAT hint): least slack first (arrival minus 1.5 x
 the remaining critical path), earliest finish plus 2 x the load seconds it adds, fusion,
-load-ahead, eviction of the model with the least pending demand."""
+load-ahead, eviction of the model with the least pending demand, and models kept warm only
+while their predicted next use comes before their reload cost is repaid."""

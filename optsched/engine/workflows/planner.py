@@ -88,6 +88,9 @@ class PlannerConfig:
     """CP-SAT's deterministic-time budget as a share of the planner's nominal time limit."""
     margin_s: float = 0.1
     fusion: bool = True
+    keep_warm: bool = True
+    """Evict models whose predicted next use comes after their reload cost is repaid
+    (:mod:`optsched.engine.workflows.warm`)."""
 
 
 def _makespan(sched: Schedule) -> float:
@@ -130,8 +133,11 @@ def plan_workflows(
     cfg = config or PlannerConfig()
     prob = build_workflow_problem(state, predictor, fusion=cfg.fusion)
     if not prob.acts:
-        return WorkflowPlan(status="optimal", notes=["no pending activation"])
-    greedy_policy = replace(OURS_GREEDY, fusion=cfg.fusion)
+        # nothing to plan, but the resident models still cost idle GPU-seconds: the keep-warm
+        # rule decides which of them go (a running activation's model after it ends)
+        idle = list_schedule(prob, OURS_GREEDY if cfg.keep_warm else replace(OURS_GREEDY, keep_warm=False))
+        return idle.to_plan(prob, "optimal", ["no pending activation"])
+    greedy_policy = replace(OURS_GREEDY, fusion=cfg.fusion, keep_warm=cfg.keep_warm)
     greedy = list_schedule(prob, greedy_policy)
     g_plan = greedy.to_plan(prob, "fallback", ["greedy list schedule"])
     # reserve time after CP-SAT for the tail schedule, the plan and its check: about what the

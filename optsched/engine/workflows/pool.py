@@ -25,8 +25,9 @@ is the one with the largest net value over one epoch (``snapshot.epoch_s``):
   GPU-seconds of cluster work when a queued cluster job that could borrow the GPU would
   otherwise get it (free GPUs beyond the queued demand cost nothing).
 
-The pool never grows beyond the number of pending and running activations (no more GPUs can
-be busy at once). It must be a free cluster GPU (on an available node, no running job) of a type in
+The pool never grows beyond the *runnable width*: running activations plus the pending ones
+whose dependencies are all done (no more GPUs can start work now; a GPU beyond it waits with a
+model resident). It must be a free cluster GPU (on an available node, no running job) of a type in
 ``pool_lending.gpu_types``, from the idle quota of an allowed lender: ``quota - own use -
 already lent to the pool - the in-quota demand of its own queued guaranteed jobs`` (owner
 first), within ``lend_limit``, while every tenant's running borrowed use stays covered by the
@@ -42,7 +43,7 @@ owners' queued in-quota demand. Among GPUs of a type, the most fragmented node g
   work needs, so the owner's job starts in the same call without reclaiming a borrower's job;
 * when the snapshot no longer allows it (``not_lendable``: type, lender or ``max_size``);
 * when the burst has passed: it has been lent ``min_lend_s`` or longer and the backlog drains
-  within ``return_drain_s`` without it, or the pool has more GPUs than activations left to run
+  within ``return_drain_s`` without it, or the pool has more GPUs than the runnable width
   (``burst_passed``); slowest GPUs first.
 
 Only idle lent GPUs go back (no running activation, ``busy_until_s`` not after ``now``; a busy
@@ -95,7 +96,11 @@ class Backlog:
     waiting: int
     """Sessions with pending activations."""
     activations: int
-    """Pending and running activations: no more GPUs than this can be busy at once."""
+    """Pending and running activations."""
+    width: int
+    """Running activations plus the pending ones whose dependencies are all done: no more
+    GPUs than this can start work now; a GPU beyond it waits for running work to release
+    more (and idles with a model resident)."""
     rate: float
     """Summed speed of the pool's GPUs."""
     demand: tuple[tuple[str, float], ...]
@@ -114,16 +119,22 @@ def backlog(state: ClusterState, pred: ActivationPredictor | None = None) -> Bac
     snap = state.snapshot
     wf = snap.workflows
     if wf is None:
-        return Backlog(0.0, 0, 0, 0.0, ())
+        return Backlog(0.0, 0, 0, 0, 0.0, ())
     now = snap.now
     specs = {m: model_spec(x.params_b, x.memory_gib) for m, x in wf.models.items()}
     work = 0.0
-    waiting = acts = 0
+    waiting = acts = width = 0
     demand: dict[str, float] = defaultdict(float)
     for s in wf.sessions:
         pending = [a for a in s.activations if a.state == "pending"]
         waiting += bool(pending)
         acts += sum(1 for a in s.activations if a.state != "done")
+        done = {a.id for a in s.activations if a.state == "done"}
+        width += sum(
+            1
+            for a in s.activations
+            if a.state == "running" or (a.state == "pending" and all(x in done for x in a.after))
+        )
         for a in pending:
             sec = pred.latency_s(specs[a.model], a.input_tokens, a.output_tokens, REF_TYPE)
             work += sec
@@ -134,7 +145,7 @@ def backlog(state: ClusterState, pred: ActivationPredictor | None = None) -> Bac
         rate += sp
         work += sp * max(0.0, d.busy_until_s - now)
     order = tuple(sorted(demand.items(), key=lambda kv: (-kv[1], kv[0])))
-    return Backlog(work, waiting, acts, rate, order)
+    return Backlog(work, waiting, acts, width, rate, order)
 
 
 def _own_use(state: ClusterState) -> dict[tuple[str, str], int]:
@@ -264,7 +275,7 @@ def decide_pool(state: ClusterState, pred: ActivationPredictor | None = None) ->
             why = f"the pool is above max_size {pl.max_size}"
         if why is not None:
             give_back(key, "not_lendable", why)
-    if pl is not None and (bl.drain_s(rate) <= pl.return_drain_s or size > bl.activations):
+    if pl is not None and (bl.drain_s(rate) <= pl.return_drain_s or size > bl.width):
         for key in lent_keys:
             if key in gone or not idle(key) or size - 1 < pl.min_size:
                 continue
@@ -276,8 +287,8 @@ def decide_pool(state: ClusterState, pred: ActivationPredictor | None = None) ->
             if after <= pl.return_drain_s:
                 give_back(key, "burst_passed", f"the backlog drains in {after:.1f} s without it "
                           f"(return_drain_s {pl.return_drain_s:g})")
-            elif size > bl.activations:
-                give_back(key, "burst_passed", f"{bl.activations} activation(s) left for {size} pool GPUs")
+            elif size > bl.width:
+                give_back(key, "burst_passed", f"{bl.width} activation(s) can run now on {size} pool GPUs")
 
     lends: list[PoolLoan] = []
     if pl is not None and not returns:
@@ -362,7 +373,7 @@ def _grow(
     out: list[PoolLoan] = []
     epoch = snap.epoch_s
     mem = {m: x.memory_gib for m, x in wf.models.items()}
-    while (pl.max_size is None or size < pl.max_size) and size < bl.activations:
+    while (pl.max_size is None or size < pl.max_size) and size < bl.width:
         drain = bl.drain_s(rate)
         if drain <= pl.grow_drain_s:
             break

@@ -451,3 +451,58 @@ def test_pool_never_grows_beyond_the_activations_left() -> None:
     d = _solve(snap)
     assert d.pool is not None
     assert d.pool.size == 3 and len(d.pool.lend) == 2
+
+
+def _chain(n: int, output_tokens: int = 20000) -> list[dict[str, Any]]:
+    """One session of ``n`` long 8B calls, each after the previous one: one can run at a time."""
+    acts: list[dict[str, Any]] = []
+    for k in range(n):
+        acts.append({"id": f"x{k}", "model": "llama-3.1-8b", "input_tokens": 2000,
+                     "output_tokens": output_tokens, "after": [f"x{k - 1}"] if k else []})
+    return [{"id": "c", "tenant": "a", "arrival_s": NOW - 1.0, "activations": acts}]
+
+
+def test_no_lending_for_work_that_cannot_run_yet() -> None:
+    """Four long calls in a chain: the drain time is far above grow_drain_s and four activations
+    are left, but only the first can run now, so a lent GPU would only wait: none is lent."""
+    snap = snapshot()
+    snap["workflows"]["sessions"] = _chain(4)
+    state = load_state(snap)
+    bl = backlog(state)
+    assert bl.drain_s() > 40.0 and bl.activations == 4 and bl.width == 1
+    d = _solve(snap)
+    assert d.pool is not None
+    assert d.pool.lend == [] and d.pool.size == 1
+
+
+def test_idle_lent_gpus_beyond_the_runnable_work_go_back() -> None:
+    """The same chain with two idle lent GPUs (lent long ago): the backlog still drains slowly
+    (no burst_passed by drain time), but one activation can run now and the pool has three
+    GPUs, so both lent GPUs go back, slowest and most recent first."""
+    snap = snapshot()
+    snap["workflows"]["sessions"] = _chain(4)
+    _lent(snap, [("c0", 4, "a"), ("c0", 5, "b")])
+    snap["workflows"]["pool"][-1]["lent_since_s"] = NOW - 50.0
+    state = load_state(snap)
+    assert backlog(state).drain_s() > snap["workflows"]["pool_lending"].get("return_drain_s", 25.0)
+    d = _solve(snap)
+    assert d.pool is not None
+    assert [(r.gpu.key(), r.reason) for r in d.pool.returned] == [
+        (("c0", 5), "burst_passed"),
+        (("c0", 4), "burst_passed"),
+    ]
+    assert d.pool.size == 1 and d.pool.lend == []
+
+
+def test_width_counts_running_and_ready_activations() -> None:
+    """x0 done, x1 running, x2 after x1 (not ready), x3 with no dependency (ready): width 2."""
+    snap = snapshot()
+    sessions = _chain(4)
+    acts = sessions[0]["activations"]
+    acts[0]["state"] = "done"
+    acts[1].update({"state": "running", "device": {"node": "p0", "gpu": 0}, "start_s": NOW - 1.0})
+    acts[3]["after"] = []
+    snap["workflows"]["sessions"] = sessions
+    snap["workflows"]["pool"][0]["busy_until_s"] = NOW + 30.0
+    bl = backlog(load_state(snap))
+    assert (bl.activations, bl.width, bl.waiting) == (3, 2, 1)
