@@ -32,7 +32,6 @@ from __future__ import annotations
 import copy
 import functools
 import gc
-import importlib
 import logging
 import time
 import warnings
@@ -87,28 +86,31 @@ def auto_backend(problem: EpochProblem, work_s: float) -> str:
     return "highs"
 
 
-WARM_MODULES = (
-    "optsched.engine.candidates", "optsched.engine.lookahead", "optsched.engine.formulation",
-    "optsched.engine.backends.greedy", "optsched.engine.backends.highs", "optsched.engine.check",
-    "optsched.engine.decode", "optsched.engine.explain", "ortools.math_opt.core.python.solver",
-    "ortools.math_opt.parameters_pb2", "ortools.math_opt.model_parameters_pb2",
-    "ortools.math_opt.result_pb2", "ortools.math_opt.python.callback",
-    "ortools.math_opt.python.init_arguments", "ortools.util.python.solve_interrupter",
-)
-"""The modules a call imports on its way (the default backend's solver bindings included),
-imported once per process before the first call's clock starts, as the default predictor is
-loaded: a fresh process (``optsched solve``) spent 0.15-0.3 s of a 1 s limit importing them."""
-
-
 @functools.cache
 def warm_up() -> None:
-    """Import :data:`WARM_MODULES` (once per process; a missing optional one is skipped: the
-    backend that needs it says so when it is called)."""
-    for name in WARM_MODULES:
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            continue
+    """Import the modules a call imports on its way (the default backend's solver bindings
+    included), once per process before the first call's clock starts, as the default predictor
+    is loaded: a fresh process (``optsched solve``) spent 0.15-0.3 s of a 1 s limit importing
+    them. A missing optional one is skipped: the backend that needs it says so when called."""
+    import optsched.engine.backends.greedy
+    import optsched.engine.backends.highs
+    import optsched.engine.candidates
+    import optsched.engine.check
+    import optsched.engine.decode
+    import optsched.engine.explain
+    import optsched.engine.formulation
+    import optsched.engine.lookahead  # noqa: F401
+
+    try:
+        import ortools.math_opt.core.python.solver
+        import ortools.math_opt.model_parameters_pb2
+        import ortools.math_opt.parameters_pb2
+        import ortools.math_opt.python.callback
+        import ortools.math_opt.python.init_arguments
+        import ortools.math_opt.result_pb2
+        import ortools.util.python.solve_interrupter  # noqa: F401
+    except ImportError:  # pragma: no cover - ortools is a dependency
+        return
 
 
 @functools.cache
