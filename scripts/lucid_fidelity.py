@@ -10,7 +10,8 @@ on it. See docs/fidelity.md.
 
 Steps: the first ``--jobs`` jobs of ``--trace`` (plus Lucid's anchor row) are written to
 ``OUT/trace/cluster_full_log.csv`` next to a copy of ``vc_config.csv``; Lucid's
-``simulator.py`` replays that folder (run inside ``--lucid-dir``, logs in ``OUT/lucid``), and
+``simulator.py`` replays that folder (in a copy of ``--lucid-dir`` at ``OUT/lucid-sim``, logs in
+``OUT/lucid-sim/log``), and
 our simulator replays the same file in ``partitioned`` mode with exact runtimes
 (``runtime_jitter`` 0, as Lucid's). The per-VC table goes to ``OUT/fidelity.md`` and
 ``OUT/fidelity.json``.
@@ -67,7 +68,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--python", default=sys.executable,
                     help="the interpreter that runs Lucid (needs pandas and numpy)")
     ap.add_argument("--skip-lucid", action="store_true",
-                    help="reuse Lucid's logs already in OUT/lucid")
+                    help="reuse Lucid's logs already in OUT/lucid-sim/log")
     a = ap.parse_args(argv)
     if not (a.lucid_dir / "simulator.py").is_file():
         fail("--lucid-dir", f"'{a.lucid_dir}' has no simulator.py")
@@ -91,15 +92,27 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return a
 
 
-def run_lucid(a: argparse.Namespace, trace_dir: Path, log_dir: Path, policy: str) -> float:
+def lucid_workdir(a: argparse.Namespace, out: Path) -> Path:
+    """A fresh copy of ``--lucid-dir`` to run in: Lucid reads and writes paths relative to its
+    working folder, and its ``lucid`` policy reads the profiler's node-scaling log at
+    ``log/Venus_Sept/profvc/profvc_scaling.csv``, which only lines up with where the profiler
+    writes it when the log folder is ``./log``. The user's checkout is left untouched."""
+    work = out / "lucid-sim"
+    if work.exists():
+        shutil.rmtree(work)
+    shutil.copytree(a.lucid_dir, work, ignore=shutil.ignore_patterns("log", "__pycache__"))
+    return work
+
+
+def run_lucid(a: argparse.Namespace, work: Path, trace_dir: Path, policy: str) -> float:
     cmd = [a.python, "simulator.py", "-e", "Venus_Sept", "-t", str(trace_dir.resolve()),
-           "-l", str(log_dir.resolve()), "-s", policy, "-j", "1"]
+           "-l", "log", "-s", policy, "-j", "1"]
     t0 = time.perf_counter()
-    with open(log_dir / f"{policy}_stdout.txt", "w") as fh:
-        rc = subprocess.run(cmd, cwd=a.lucid_dir, stdout=fh, stderr=subprocess.STDOUT).returncode
+    with open(work / f"{policy}_stdout.txt", "w") as fh:
+        rc = subprocess.run(cmd, cwd=work, stdout=fh, stderr=subprocess.STDOUT).returncode
     if rc != 0:
         print(f"error: Lucid's simulator failed (exit {rc}); see "
-              f"{log_dir / f'{policy}_stdout.txt'}", file=sys.stderr)
+              f"{work / f'{policy}_stdout.txt'}", file=sys.stderr)
         raise SystemExit(1)
     return time.perf_counter() - t0
 
@@ -107,23 +120,23 @@ def run_lucid(a: argparse.Namespace, trace_dir: Path, log_dir: Path, policy: str
 def main(argv: list[str] | None = None) -> int:
     a = parse(argv)
     out: Path = a.out
-    trace_dir, lucid_log = out / "trace", out / "lucid"
+    trace_dir = out / "trace"
     trace_dir.mkdir(parents=True, exist_ok=True)
-    lucid_log.mkdir(parents=True, exist_ok=True)
     n = cut_venus_log(a.trace, trace_dir / "cluster_full_log.csv", a.jobs)
     shutil.copyfile(a.vc_config, trace_dir / "vc_config.csv")
     vc_gpus = read_vc_config(trace_dir / "vc_config.csv")
     print(f"{n} jobs -> {trace_dir}", file=sys.stderr)
     tr = load_trace(trace_dir / "cluster_full_log.csv", vc_config=trace_dir / "vc_config.csv",
                     estimates=_estimates(a))
+    work = out / "lucid-sim" if a.skip_lucid else lucid_workdir(a, out)
     result: dict[str, Any] = {"trace": a.trace.name, "jobs": n, "policies": {}}
     md = [f"Input: the first {n:,} jobs of `{a.trace.name}`; window = first to last "
           "submission.", ""]
     for pol in a.policy_list:
         lucid_s = math.nan
         if not a.skip_lucid:
-            lucid_s = run_lucid(a, trace_dir, lucid_log, pol)
-        theirs = read_lucid_logs(lucid_log / "Venus_Sept", vc_gpus, pol)
+            lucid_s = run_lucid(a, work, trace_dir, pol)
+        theirs = read_lucid_logs(work / "log" / "Venus_Sept", vc_gpus, pol)
         spec = RunSpec(trace=str(trace_dir / "cluster_full_log.csv"), policy=pol, seed=0,
                        config=SimConfig(mode="partitioned", runtime_jitter=0.0))
         res: dict[str, Any] = {"lucid_seconds": lucid_s}
