@@ -11,7 +11,7 @@ on it. See docs/fidelity.md.
 Steps: the first ``--jobs`` jobs of ``--trace`` (plus Lucid's anchor row) are written to
 ``OUT/trace/cluster_full_log.csv`` next to a copy of ``vc_config.csv``; Lucid's
 ``simulator.py`` replays that folder (in a copy of ``--lucid-dir`` at ``OUT/lucid-sim``, logs in
-``OUT/lucid-sim/log``), and
+``OUT/lucid``), and
 our simulator replays the same file in ``partitioned`` mode with exact runtimes
 (``runtime_jitter`` 0, as Lucid's). The per-VC table goes to ``OUT/fidelity.md`` and
 ``OUT/fidelity.json``.
@@ -67,13 +67,17 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--out", type=Path, default=Path("fidelity-out"))
     ap.add_argument("--python", default=sys.executable,
                     help="the interpreter that runs Lucid (needs pandas and numpy)")
+    ap.add_argument("--lucid-timeout", type=float, default=3600.0,
+                    help="seconds Lucid's simulator may run per policy (default 3600)")
     ap.add_argument("--skip-lucid", action="store_true",
-                    help="reuse Lucid's logs already in OUT/lucid-sim/log")
+                    help="reuse Lucid's logs already in OUT/lucid")
     a = ap.parse_args(argv)
     if not (a.lucid_dir / "simulator.py").is_file():
         fail("--lucid-dir", f"'{a.lucid_dir}' has no simulator.py")
     if not a.trace.is_file():
         fail("--trace", f"'{a.trace}' is not a file")
+    if a.lucid_timeout <= 0:
+        fail("--lucid-timeout", f"{a.lucid_timeout}: must be positive")
     if a.jobs is not None and a.jobs < 1:
         fail("--jobs", f"{a.jobs}: must be at least 1")
     pols = [p.strip() for p in a.policies.split(",") if p.strip()]
@@ -93,23 +97,37 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def lucid_workdir(a: argparse.Namespace, out: Path) -> Path:
-    """A fresh copy of ``--lucid-dir`` to run in: Lucid reads and writes paths relative to its
-    working folder, and its ``lucid`` policy reads the profiler's node-scaling log at
-    ``log/Venus_Sept/profvc/profvc_scaling.csv``, which only lines up with where the profiler
-    writes it when the log folder is ``./log``. The user's checkout is left untouched."""
+    """A fresh copy of ``--lucid-dir`` to run in (Lucid reads paths relative to its working
+    folder; the user's checkout is left untouched). Lucid's ``lucid`` policy reads vcYVn's
+    elastic-scaling log at ``log/Venus_Sept/profvc/profvc_scaling.csv`` (relative) and asserts
+    that its steps sum to 0. On a cut the profiler's own log can end scaled up (the first 3,000
+    jobs: +1) and that assert kills Lucid's pool worker, which hangs the run; so the copy gets a
+    header-only file there (no vcYVn scaling) and Lucid writes its logs to ``OUT/lucid``
+    instead. docs/fidelity.md, rule 6."""
     work = out / "lucid-sim"
     if work.exists():
         shutil.rmtree(work)
     shutil.copytree(a.lucid_dir, work, ignore=shutil.ignore_patterns("log", "__pycache__"))
+    dst = work / "log" / "Venus_Sept" / "profvc" / "profvc_scaling.csv"
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    dst.write_text("time,scaling_num\n")
     return work
 
 
-def run_lucid(a: argparse.Namespace, work: Path, trace_dir: Path, policy: str) -> float:
+def run_lucid(a: argparse.Namespace, work: Path, trace_dir: Path, log_dir: Path,
+              policy: str) -> float:
     cmd = [a.python, "simulator.py", "-e", "Venus_Sept", "-t", str(trace_dir.resolve()),
-           "-l", "log", "-s", policy, "-j", "1"]
+           "-l", str(log_dir.resolve()), "-s", policy, "-j", "1"]
     t0 = time.perf_counter()
     with open(work / f"{policy}_stdout.txt", "w") as fh:
-        rc = subprocess.run(cmd, cwd=work, stdout=fh, stderr=subprocess.STDOUT).returncode
+        try:
+            rc = subprocess.run(cmd, cwd=work, stdout=fh, stderr=subprocess.STDOUT,
+                                timeout=a.lucid_timeout).returncode
+        except subprocess.TimeoutExpired:
+            print(f"error: Lucid's simulator ran past --lucid-timeout {a.lucid_timeout} s "
+                  f"(a dead pool worker hangs it); see {work / f'{policy}_stdout.txt'}",
+                  file=sys.stderr)
+            raise SystemExit(1) from None
     if rc != 0:
         print(f"error: Lucid's simulator failed (exit {rc}); see "
               f"{work / f'{policy}_stdout.txt'}", file=sys.stderr)
@@ -120,8 +138,9 @@ def run_lucid(a: argparse.Namespace, work: Path, trace_dir: Path, policy: str) -
 def main(argv: list[str] | None = None) -> int:
     a = parse(argv)
     out: Path = a.out
-    trace_dir = out / "trace"
+    trace_dir, lucid_log = out / "trace", out / "lucid"
     trace_dir.mkdir(parents=True, exist_ok=True)
+    lucid_log.mkdir(parents=True, exist_ok=True)
     n = cut_venus_log(a.trace, trace_dir / "cluster_full_log.csv", a.jobs)
     shutil.copyfile(a.vc_config, trace_dir / "vc_config.csv")
     vc_gpus = read_vc_config(trace_dir / "vc_config.csv")
@@ -135,8 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     for pol in a.policy_list:
         lucid_s = math.nan
         if not a.skip_lucid:
-            lucid_s = run_lucid(a, work, trace_dir, pol)
-        theirs = read_lucid_logs(work / "log" / "Venus_Sept", vc_gpus, pol)
+            lucid_s = run_lucid(a, work, trace_dir, lucid_log, pol)
+        theirs = read_lucid_logs(lucid_log / "Venus_Sept", vc_gpus, pol)
         spec = RunSpec(trace=str(trace_dir / "cluster_full_log.csv"), policy=pol, seed=0,
                        config=SimConfig(mode="partitioned", runtime_jitter=0.0))
         res: dict[str, Any] = {"lucid_seconds": lucid_s}
