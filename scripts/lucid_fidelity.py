@@ -141,7 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     trace_dir, lucid_log = out / "trace", out / "lucid"
     trace_dir.mkdir(parents=True, exist_ok=True)
     lucid_log.mkdir(parents=True, exist_ok=True)
-    n = cut_venus_log(a.trace, trace_dir / "cluster_full_log.csv", a.jobs)
+    try:
+        n = cut_venus_log(a.trace, trace_dir / "cluster_full_log.csv", a.jobs)
+    except (ValueError, KeyError, UnicodeDecodeError, OSError) as exc:
+        fail("--trace", f"'{a.trace}': {exc}")
     shutil.copyfile(a.vc_config, trace_dir / "vc_config.csv")
     vc_gpus = read_vc_config(trace_dir / "vc_config.csv")
     print(f"{n} jobs -> {trace_dir}", file=sys.stderr)
