@@ -101,7 +101,9 @@ def simulate(
     mode: str = typer.Option(
         "pooled", "--mode", help="pooled (idle quota is lent, never reclaimed by the "
         "baselines) | partitioned (each tenant's quota is a hard partition: no loans) | both "
-        "(side by side, in DIR/pooled and DIR/partitioned)"),
+        "(side by side, in DIR/pooled and DIR/partitioned) | native (each policy in the "
+        "setting its system runs in: Lucid-like partitioned, the others pooled; with "
+        "DeepShare's headline numbers against Lucid-like)"),
     load_scale: float = typer.Option(
         1.0, "--load-scale", help="time-compress arrivals by this factor (offered load × X)"),
     ray: str | None = typer.Option(
@@ -113,6 +115,7 @@ def simulate(
     report (optsched.sim.report), plots."""
     from optsched.schema.limits import MAX_TIME_LIMIT_S
     from optsched.sim.cluster import SimConfig
+    from optsched.sim.native import native_mode
     from optsched.sim.runner import RunSpec, clean
     from optsched.sim.trace import GuaranteeRule
 
@@ -125,8 +128,8 @@ def simulate(
     seed_list = parse_ints(seeds, "--seeds")
     if guarantee not in ("quota", "all", "none"):
         fail("--guarantee", f"'{guarantee}': must be quota, all or none")
-    if mode not in ("pooled", "partitioned", "both"):
-        fail("--mode", f"'{mode}': must be pooled, partitioned or both")
+    if mode not in ("pooled", "partitioned", "both", "native"):
+        fail("--mode", f"'{mode}': must be pooled, partitioned, both or native")
     if not load_scale > 0 or math.isinf(load_scale):
         fail("--load-scale", "must be a positive number")
     _positive(epoch_s, "--epoch-s")
@@ -171,12 +174,15 @@ def simulate(
     summaries: dict[str, dict[str, Any]] = {}
     with out_dir(out):  # removed again should the run fail, when this command created it
         for m in modes:
-            cfg = SimConfig(epoch_s=epoch_s, trigger=trigger, min_gap_s=min_gap_s,
-                            checkpoint_s=checkpoint_s, restart_overhead_s=restart_overhead_s,
-                            oracle_runtime=oracle_runtime, events=events, mode=m,
-                            load_scale=load_scale)
+            def config(policy: str, m: str = m) -> SimConfig:
+                return SimConfig(epoch_s=epoch_s, trigger=trigger, min_gap_s=min_gap_s,
+                                 checkpoint_s=checkpoint_s, restart_overhead_s=restart_overhead_s,
+                                 oracle_runtime=oracle_runtime, events=events,
+                                 mode=native_mode(policy) if m == "native" else m,
+                                 load_scale=load_scale)
+
             specs = [
-                RunSpec(trace=trace, policy=p, seed=s, config=cfg,
+                RunSpec(trace=trace, policy=p, seed=s, config=config(p),
                         policy_options=opts if p == "optsched" else {}, qos_delay_s=qos_delay_s,
                         guarantee=rule, max_jobs=max_jobs,
                         lucid_dir=str(lucid_dir) if lucid_dir is not None else None)
@@ -187,7 +193,8 @@ def simulate(
                 typer.echo(f"mode {m}:")
             summaries[m] = _run_mode(specs, where, trace=trace, pols=pols, seed_list=seed_list,
                                      epoch_s=epoch_s, workers=workers, opts=opts,
-                                     lucid_dir=lucid_dir, plots=plots, ray=ray, retries=retries)
+                                     lucid_dir=lucid_dir, plots=plots, ray=ray, retries=retries,
+                                     native=m == "native")
         if len(modes) > 1:
             write_atomic(out / "summary.json", json.dumps(clean({"modes": summaries}), indent=1))
             text = side_by_side(summaries)
@@ -258,7 +265,7 @@ def side_by_side(summaries: dict[str, dict[str, Any]]) -> str:
 def _run_mode(specs: list[RunSpec], out: Path, *, trace: str, pols: list[str],
               seed_list: list[int], epoch_s: float, workers: int, opts: dict[str, Any],
               lucid_dir: Path | None, plots: bool, ray: str | None = None,
-              retries: int = 2) -> dict[str, Any]:
+              retries: int = 2, native: bool = False) -> dict[str, Any]:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from optsched.sim.report import write_report
@@ -291,6 +298,14 @@ def _run_mode(specs: list[RunSpec], out: Path, *, trace: str, pols: list[str],
         "events": cfg.events if cfg else None, "mode": cfg.mode if cfg else None,
         "load_scale": cfg.load_scale if cfg else None,
     }
+    if native:
+        from optsched.sim.native import deepshare_headline, native_mode
+
+        summary["command"]["mode"] = "native"
+        if "config" in summary:
+            summary["config"]["mode"] = "native"
+        summary["native_modes"] = {p: native_mode(p) for p in pols}
+        summary["deepshare"] = deepshare_headline(summary)
     write_atomic(out / "summary.json", json.dumps(clean(summary), indent=1))
     table = markdown_table(summary)
     write_report(summary, out / "summary.md")

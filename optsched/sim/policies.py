@@ -357,11 +357,13 @@ class FifoPolicy(_Heuristic):
     name = "fifo"
     backfill = False
     idle_when_nothing_fits = "head"  # see optsched.sim.cluster.idle_when_nothing_fits
+    clock_free = True  # see optsched.sim.cluster.clock_free
 
 
 class SjfPolicy(_Heuristic):
     name = "sjf"
     idle_when_nothing_fits = "any"
+    clock_free = True
 
     def order(self, pending: list[Job], snapshot: Snapshot) -> list[Job]:
         return sorted(pending, key=lambda j: (estimate(j), j.submit_s, j.id))
@@ -370,6 +372,7 @@ class SjfPolicy(_Heuristic):
 class QssfPolicy(_Heuristic):
     name = "qssf"
     idle_when_nothing_fits = "any"
+    clock_free = True
 
     def order(self, pending: list[Job], snapshot: Snapshot) -> list[Job]:
         return sorted(pending, key=lambda j: (estimate(j) * j.gpus, j.submit_s, j.id))
@@ -442,6 +445,7 @@ class KueuePolicy(_Heuristic):
     """Strict quota first (with reclaim), then borrowing; FIFO with backfill; no sharing."""
 
     name = "kueue"
+    clock_free = True  # reclaim chooses victims by start time, never by the clock
 
     def fill(self, b: DecisionBuilder, order: list[Job]) -> None:
         for job in order:  # nominal quota, reclaiming lent quota when needed
@@ -456,6 +460,7 @@ class GandivaPolicy(_Heuristic):
     """FIFO with backfill; pack what does not fit onto the first host whose memory allows."""
 
     name = "gandiva"
+    clock_free = True
 
     def fill(self, b: DecisionBuilder, order: list[Job]) -> None:
         for job in order:
@@ -588,6 +593,7 @@ class AntManPolicy(_Heuristic):
     """
 
     name = "antman"
+    clock_free = True  # victims by (on loan, start time), never by the clock
 
     def __init__(self, max_guest_gpus: int = 8) -> None:
         self.max_guest_gpus = max_guest_gpus

@@ -25,6 +25,7 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from optsched.sim.expected import column_lines, report_lines
+from optsched.sim.native import headline_lines
 
 REFERENCE = "optsched"
 """The policy the headline compares with the others (when it ran)."""
@@ -423,11 +424,16 @@ def _settings(summary: dict[str, Any]) -> list[str]:
                    f"`{'trigger' if cfg.get('trigger') else 'no-trigger'}` (decide {trig}; "
                    "only when a job is pending).")
         mode = cfg.get("mode", "pooled")
+        native = summary.get("native_modes") or {}
         lines += [
             dec,
             f"- **mode**: `{mode}` ("
             + ("every tenant's quota is a hard partition: no loans, guests on own hosts"
-               if mode == "partitioned" else "idle quota may be lent to other tenants")
+               if mode == "partitioned" else
+               "each policy in its own setting: " + ", ".join(
+                   f"{p} {m}" for p, m in native.items()) + "; partitioned = every tenant's "
+               "quota a hard partition, pooled = idle quota may be lent"
+               if mode == "native" else "idle quota may be lent to other tenants")
             + f"); arrivals time-compressed by {_num(cfg.get('load_scale', 1.0)):g} "
             "(`--load-scale`).",
             f"- **ground truth**: runtime jitter {cfg.get('runtime_jitter', math.nan):g}, "
@@ -490,6 +496,7 @@ def render_report(summary: dict[str, Any]) -> str:
     trace = trace_name(str(summary.get("trace", "")))
     lines = [f"# Simulation report: {trace}", ""]
     lines += _headline(summary)
+    lines += headline_lines(summary)
     lines += _totals(summary)
     lines += _tenants(summary)
     lines += report_lines(summary)

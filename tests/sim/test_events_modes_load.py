@@ -171,3 +171,53 @@ def test_idle_decisions_recorded_without_the_policy_change_nothing(policy: str, 
     for col, values in slow.decisions.items():
         if col not in TIMINGS:
             assert fast.decisions[col] == values, col
+
+
+class _Counting:
+    """A policy that counts how often the simulator asks it (every other attribute forwarded)."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner = inner
+        self.asked = 0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    def decide(self, snap: Snapshot, state: object) -> Decision:
+        self.asked += 1
+        return self.inner.decide(snap, state)  # type: ignore[attr-defined, no-any-return]
+
+
+@pytest.mark.parametrize("policy", ["kueue", "gandiva", "antman"])
+@pytest.mark.parametrize("mode", ["pooled", "partitioned"])
+def test_clock_free_policies_are_not_asked_again_when_nothing_changed(policy: str, mode: str) -> None:
+    """A ``clock_free`` policy whose last decision changed nothing is not asked again until a
+    job arrives, starts, stops or resizes: the event log is the one of asking it every time."""
+    trace = load_trace("mini", max_jobs=JOBS, load_scale=4.0)
+    cfg = SimConfig(mode=mode, load_scale=4.0)
+    counting = _Counting(make_policy(policy))
+    fast = Simulator(trace, counting, seed=0, config=cfg).run()  # type: ignore[arg-type]
+    asked: list[int] = []
+    slow = Simulator(trace, make_policy(policy), seed=0, config=cfg,
+                     on_decision=lambda snap, d: asked.append(1)).run()
+    assert len(asked) == len(slow.decisions["t"]) == len(fast.decisions["t"])
+    assert 0 < counting.asked < len(asked)
+    for name in ("jobs", "segments", "preemptions", "assurance", "expected", "resizes"):
+        assert getattr(fast, name) == getattr(slow, name), name
+    for col, values in slow.decisions.items():
+        if col not in TIMINGS:
+            assert fast.decisions[col] == values, col
+
+
+def test_clock_free_is_declared_only_by_policies_that_ignore_the_clock() -> None:
+    from optsched.sim.cluster import clock_free
+
+    free = {p for p in ("fifo", "sjf", "qssf", "tiresias", "kueue", "gandiva", "lucid", "antman",
+                        "optsched") if clock_free(make_policy(p))}
+    assert free == {"fifo", "sjf", "qssf", "kueue", "gandiva", "antman"}
+
+    class Bad:
+        clock_free = "yes"
+
+    with pytest.raises(ValueError, match="clock_free must be True or False"):
+        clock_free(Bad())
