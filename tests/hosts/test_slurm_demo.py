@@ -154,3 +154,18 @@ def test_site_needs_the_gate_off(tmp_path: Path) -> None:
                        env={**os.environ, "GATE": "off", "SITE": "prod"}, timeout=60, check=False)
     assert p.returncode == 1
     assert "SITE: 'prod' is not PARTITION:TIER" in p.stderr
+
+
+def test_cli_refuses_an_unknown_mode_naming_the_option(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    args = ["slurm", "demo", "--out", str(tmp_path / "o"), "--modes", "slurm,backfill"]
+    p = subprocess.run([sys.executable, "-m", "optsched.cli", *args], capture_output=True, text=True,
+                       timeout=120, check=False)
+    assert p.returncode == 2
+    assert p.stdout == ""
+    assert p.stderr.startswith(
+        "error: --modes: unknown mode(s) ['backfill']; use slurm, slurm-site, optsched")
+    assert "Traceback" not in p.stderr
+    assert not (tmp_path / "o").exists()
