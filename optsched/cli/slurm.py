@@ -124,6 +124,11 @@ def demo(
         help="comma-separated: slurm (sched/builtin FIFO), slurm-site (backfill, per-tenant "
         "partitions, partition-priority preemption), optsched",
     ),
+    quotas: str = typer.Option(
+        "default", "--quotas",
+        help="the adapter's quotas: default (32 GPUs over four tenants) or gangs (each guaranteed "
+        "tenant one whole GPU type, the best-effort ones none)",
+    ),
     cluster_dir: Path | None = typer.Option(
         None, "--cluster-dir", help="where the dev clusters live (default: a temporary folder)"
     ),
@@ -137,6 +142,8 @@ def demo(
     bad = [m for m in chosen if m not in known]
     if bad or not chosen:
         fail("--modes", f"unknown mode(s) {bad or chosen}; use {', '.join(known)}")
+    if quotas not in ("default", "gangs"):
+        fail("--quotas", f"unknown '{quotas}'; use default, gangs")
     if jobs < 1:
         fail("--jobs", "must be >= 1")
     if seed < 0:
@@ -157,7 +164,8 @@ def demo(
     from optsched.hosts.demo import DemoSpec, run_demo
 
     with out_dir(out):
-        text = run_demo(DemoSpec(jobs=jobs, seed=seed, span_s=span_s), out, chosen, cluster_dir)
+        spec = DemoSpec(jobs=jobs, seed=seed, span_s=span_s, quotas=quotas)
+        text = run_demo(spec, out, chosen, cluster_dir)
     typer.echo(text)
 
 

@@ -93,36 +93,53 @@ speed = 1.0
 [[tenants]]
 id = "prod"
 accounts = ["prod"]
-quota = {{ a100 = 8, v100 = 4 }}
+quota = {quota_prod}
 qos = {{ max_queue_delay_s = 20 }}
 default_qos = "guaranteed"
 
 [[tenants]]
 id = "research"
 accounts = ["research"]
-quota = {{ a100 = 4, v100 = 4 }}
+quota = {quota_research}
 qos = {{ max_queue_delay_s = 30 }}
 default_qos = "guaranteed"
 
 [[tenants]]
 id = "batch"
 accounts = ["batch"]
-quota = {{ a100 = 4, v100 = 4 }}
+quota = {quota_batch}
 
 [[tenants]]
 id = "dev"
 accounts = ["dev"]
-quota = {{ v100 = 4 }}
+quota = {quota_dev}
 """
 
 
-def largest_in_quota() -> dict[str, int]:
+QUOTAS: dict[str, dict[str, str]] = {
+    "default": {"prod": "{ a100 = 8, v100 = 4 }", "research": "{ a100 = 4, v100 = 4 }",
+                "batch": "{ a100 = 4, v100 = 4 }", "dev": "{ v100 = 4 }"},
+    "gangs": {"prod": "{ a100 = 16 }", "research": "{ v100 = 16 }", "batch": "{}", "dev": "{}"},
+}
+"""The adapter's quotas (``--quotas``): ``default`` spreads the 32 GPUs over the four tenants, so
+no guaranteed tenant's quota of one type holds a 16-GPU gang; ``gangs`` gives each guaranteed
+tenant one whole GPU type (16), so its largest gang fits, and the best-effort tenants only borrow."""
+
+
+def adapter_config(epoch_s: float, quotas: str = "default") -> str:
+    """The demo adapter's TOML."""
+    if quotas not in QUOTAS:
+        raise ValueError(f"quotas: unknown '{quotas}' (one of {', '.join(QUOTAS)})")
+    return CONFIG.format(epoch_s=epoch_s, **{f"quota_{t}": q for t, q in QUOTAS[quotas].items()})
+
+
+def largest_in_quota(quotas: str = "default") -> dict[str, int]:
     """Per tenant, the most GPUs one job can have within the tenant's quota of one GPU type (the
     demo's jobs ask untyped GPUs and run on one type). The engine reclaims lent GPUs only for
     guaranteed work that fits the quota (``optsched.engine.assurance``, use (b)): a bigger
     guaranteed job runs on free or borrowed GPUs only."""
-    cfg = tomllib.loads(CONFIG.format(epoch_s=1))
-    return {t["id"]: max(t["quota"].values()) for t in cfg["tenants"]}
+    cfg = tomllib.loads(adapter_config(1, quotas))
+    return {t["id"]: max(t["quota"].values(), default=0) for t in cfg["tenants"]}
 
 
 @dataclass(frozen=True)
@@ -136,6 +153,8 @@ class DemoSpec:
     sigma: float = 1.0
     max_s: float = 60.0
     epoch_s: float = 2.0
+    quotas: str = "default"
+    """The adapter's quotas: a key of :data:`QUOTAS`."""
 
 
 @dataclass(frozen=True)
@@ -253,7 +272,7 @@ def run_mode(mode: str, stream: list[DemoJob], spec: DemoSpec, folder: Path, tim
             from optsched.hosts.slurm import SlurmHost
             from optsched.hosts.store import Store
 
-            (folder / "optsched.toml").write_text(CONFIG.format(epoch_s=spec.epoch_s))
+            (folder / "optsched.toml").write_text(adapter_config(spec.epoch_s, spec.quotas))
             cfg = load_config(folder / "optsched.toml")
             store = Store(cfg.store)
             from optsched import SolveParams
@@ -295,7 +314,7 @@ def run_mode(mode: str, stream: list[DemoJob], spec: DemoSpec, folder: Path, tim
 
 
 # ---------------------------------------------------------------------------------- metrics
-def metrics(records: list[JobCompRecord], stream: list[DemoJob]) -> dict[str, Any]:
+def metrics(records: list[JobCompRecord], stream: list[DemoJob], quotas: str = "default") -> dict[str, Any]:
     """Per-tenant queueing delay, QoS compliance and GPU-seconds; cluster utilisation."""
     spec = {j.name: j for j in stream}
     runs: dict[int, list[JobCompRecord]] = {}
@@ -303,7 +322,7 @@ def metrics(records: list[JobCompRecord], stream: list[DemoJob]) -> dict[str, An
         if r.name in spec:
             runs.setdefault(r.job_id, []).append(r)
     per: dict[str, dict[str, list[float]]] = {t: {"delay": [], "gpu_s": [], "in_quota": []} for t in TENANTS}
-    cap = largest_in_quota()
+    cap = largest_in_quota(quotas)
     t_first, t_last, gpu_s_all, done, requeued = math.inf, 0.0, 0.0, 0, 0
     for recs in runs.values():
         job = spec[recs[0].name]
@@ -372,7 +391,7 @@ def markdown(summary: dict[str, Any]) -> str:
             cells.append(_f(d["qos_compliance"], "{:.2f}"))
         label = f"{t} ({q}{', ' + format(lim, '.0f') + ' s' if lim is not None else ''})"
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    cap = largest_in_quota()
+    cap = largest_in_quota(summary.get("spec", {}).get("quotas", "default"))
     for t, (_, _q, lim, _) in TENANTS.items():
         if lim is None:
             continue
@@ -410,7 +429,8 @@ def run_demo(spec: DemoSpec, out: Path, modes: list[str], cluster_dir: Path | No
         jobcomp = run_mode(mode, stream, spec, base / mode)
         recs, _ = read_jobcomp(jobcomp)
         (out / f"jobcomp-{mode}.txt").write_text(jobcomp.read_text() if jobcomp.exists() else "")
-        summary["modes"][mode] = metrics(recs, stream) | {"wall_s": round(time.monotonic() - t0, 1)}
+        wall = round(time.monotonic() - t0, 1)
+        summary["modes"][mode] = metrics(recs, stream, spec.quotas) | {"wall_s": wall}
         counts = base / mode / "store_counts.json"
         if counts.exists():
             summary["modes"][mode]["adapter"] = json.loads(counts.read_text())

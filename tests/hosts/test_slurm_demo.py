@@ -28,6 +28,20 @@ def test_largest_job_within_quota_per_tenant() -> None:
     assert largest_in_quota() == {"prod": 8, "research": 4, "batch": 4, "dev": 4}
 
 
+def test_gang_quotas_give_each_guaranteed_tenant_one_whole_type(tmp_path: Path) -> None:
+    from optsched.hosts.config import load_config
+
+    (tmp_path / "a.toml").write_text(demo.adapter_config(2.0, "gangs"))
+    cfg = load_config(tmp_path / "a.toml")
+    assert [(t.id, t.quota, t.default_qos) for t in cfg.tenants] == [
+        ("prod", {"a100": 16}, "guaranteed"), ("research", {"v100": 16}, "guaranteed"),
+        ("batch", {}, None), ("dev", {}, None)]
+    assert cfg.epoch_s == 2.0
+    assert largest_in_quota("gangs") == {"prod": 16, "research": 16, "batch": 0, "dev": 0}
+    with pytest.raises(ValueError, match="quotas: unknown 'all'"):
+        demo.adapter_config(2.0, "all")
+
+
 def test_metrics_on_time_share_overall_and_within_quota() -> None:
     stream = [
         DemoJob("p1", "prod", 8, 5, 0.0),  # within prod's quota, on time (10 s <= 20 s)
@@ -56,6 +70,8 @@ def test_metrics_on_time_share_overall_and_within_quota() -> None:
     assert (m["jobs_completed"], m["runs_requeued"], m["makespan_s"]) == (5, 1, 45)
     # GPU-seconds: 8*5 + 16*5 + 4*5 + 8*2 + 8*5 + 0.5*5 over 32 GPUs x 45 s
     assert m["gpu_utilisation"] == pytest.approx((40 + 80 + 20 + 16 + 40 + 2.5) / (32 * 45))
+    gangs = metrics(recs, stream, "gangs")["tenants"]
+    assert (gangs["prod"]["jobs_in_quota"], gangs["prod"]["qos_compliance_in_quota"]) == (2, 0.5)
     text = demo.markdown({"modes": {"slurm-site": m}})
     assert "prod: on-time share of its jobs within quota (at most 8 GPUs): slurm-site 1.00 of 1" in text
     assert "research: on-time share of its jobs within quota (at most 4 GPUs): slurm-site 0.00 of 1" in text
@@ -168,4 +184,16 @@ def test_cli_refuses_an_unknown_mode_naming_the_option(tmp_path: Path) -> None:
     assert p.stderr.startswith(
         "error: --modes: unknown mode(s) ['backfill']; use slurm, slurm-site, optsched")
     assert "Traceback" not in p.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_cli_refuses_unknown_quotas_naming_the_option(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    args = ["slurm", "demo", "--out", str(tmp_path / "o"), "--quotas", "all"]
+    p = subprocess.run([sys.executable, "-m", "optsched.cli", *args], capture_output=True, text=True,
+                       timeout=120, check=False)
+    assert (p.returncode, p.stdout) == (2, "")
+    assert p.stderr.startswith("error: --quotas: unknown 'all'; use default, gangs")
     assert not (tmp_path / "o").exists()
