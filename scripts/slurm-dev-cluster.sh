@@ -22,6 +22,11 @@
 #                     off: no job_submit plugin; Slurm's own scheduler (sched/builtin) runs jobs.
 #   SWITCHES="s1:n1,n2 s2:n3,n4"  the leaf switches of topology.conf (that default), each
 #                     SWITCH:NODES; one top switch joins them (TopologyPlugin=topology/tree).
+#   SITE="prod:2 research:2 batch:1 dev:1"  (with GATE=off) Slurm configured as a site would:
+#                     sched/backfill, priority/multifactor (age and partition), one partition per
+#                     NAME:TIER over all nodes (PriorityTier TIER; the first is the default) and
+#                     PreemptType=preempt/partition_prio with PreemptMode=REQUEUE: a job of a
+#                     higher tier requeues jobs of lower ones. Unset: sched/builtin, partitions a b c.
 #   UP_TIMEOUT=S      seconds to wait for the four nodes to be idle (default 60).
 #   SLURM_DEV_QUIET=1 `up` prints only the export lines.
 #   WATCH_PID=PID     `up` also starts a watchdog that runs `down DIR` once process PID is gone
@@ -45,6 +50,18 @@ TOP_SWITCH=top
 
 die() { echo "slurm-dev-cluster: error: $*" >&2; exit 1; }
 say() { [[ "${SLURM_DEV_QUIET:-0}" == 1 ]] || echo "slurm-dev-cluster: $*" >&2; }
+
+# SITE: one partition per NAME:TIER, in place of a b c.
+declare -A TIER=()
+if [[ -n "${SITE:-}" ]]; then
+    PARTITIONS=()
+    for _p in $SITE; do
+        [[ "$_p" =~ ^[A-Za-z0-9_]+:[0-9]+$ ]] || die "SITE: '$_p' is not PARTITION:TIER (e.g. prod:2)"
+        PARTITIONS+=("${_p%%:*}")
+        TIER[${_p%%:*}]=${_p#*:}
+    done
+    unset _p
+fi
 
 usage() {
     sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//' >&2
@@ -172,8 +189,22 @@ write_config() {
         echo "AccountingStorageType=accounting_storage/none"
         echo "JobCompType=jobcomp/filetxt"
         echo "JobCompLoc=$DIR/log/jobcomp.txt"
-        echo "SchedulerType=sched/builtin"
-        echo "SchedulerParameters=batch_sched_delay=0"
+        if [[ -n "${SITE:-}" ]]; then
+            # A site's setup: backfill every second, priorities by partition tier and age, and
+            # partition-priority preemption that requeues the lower tier's jobs.
+            echo "SchedulerType=sched/backfill"
+            echo "SchedulerParameters=batch_sched_delay=0,bf_interval=1,bf_resolution=1,bf_continue"
+            echo "PriorityType=priority/multifactor"
+            echo "PriorityWeightPartition=10000"
+            echo "PriorityWeightAge=1000"
+            echo "PriorityMaxAge=00:10:00"
+            echo "PreemptType=preempt/partition_prio"
+            echo "PreemptMode=REQUEUE"
+            echo "JobRequeue=1"
+        else
+            echo "SchedulerType=sched/builtin"
+            echo "SchedulerParameters=batch_sched_delay=0"
+        fi
         echo "SelectType=select/cons_tres"
         echo "SelectTypeParameters=CR_CPU" # memory not consumable: jobs share nodes by CPU and GPU
         echo "GresTypes=gpu,shard"
@@ -199,7 +230,8 @@ write_config() {
         for ((i = 0; i < ${#PARTITIONS[@]}; i++)); do
             local default=NO
             ((i == 0)) && default=YES
-            echo "PartitionName=${PARTITIONS[$i]} Nodes=ALL Default=$default MaxTime=INFINITE State=UP"
+            echo "PartitionName=${PARTITIONS[$i]} Nodes=ALL Default=$default MaxTime=INFINITE State=UP" \
+                "${TIER[${PARTITIONS[$i]}]:+PriorityTier=${TIER[${PARTITIONS[$i]}]}}"
         done
     } >"$DIR/etc/slurm.conf.new"
     mv "$DIR/etc/slurm.conf.new" "$DIR/etc/slurm.conf"
@@ -368,6 +400,7 @@ trap on_exit EXIT
 cmd_up() {
     need_bins munged slurmctld slurmd sinfo scontrol squeue sbatch scancel mknod
     [[ "${GATE:-on}" == on || "${GATE:-on}" == off ]] || die "GATE must be on or off, not '${GATE}'"
+    [[ -z "${SITE:-}" || "${GATE:-on}" == off ]] || die "SITE needs GATE=off (Slurm schedules by itself)"
     local running=0 total=0 name n
     if [[ -z "${DIR:-}" ]]; then
         DIR=$(mktemp -d "${TMPDIR:-/tmp}/optsched-slurm.XXXXXX")

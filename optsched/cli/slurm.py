@@ -2,8 +2,9 @@
 
 ``run`` is the adapter's daemon (:mod:`optsched.hosts.slurm` over the shared host loop);
 ``explain`` prints the stored reason of a job (the text of ``optsched explain``);
-``demo`` replays a small Venus-like job stream through a real (dev) Slurm cluster twice, with
-Slurm's own scheduling and with optsched, and compares them from Slurm's own records. The
+``demo`` replays a small Venus-like job stream through a real (dev) Slurm cluster once per mode:
+Slurm's own FIFO, Slurm set up as a site would (backfill, per-tenant partitions, preemption)
+and optsched, and compares them from Slurm's own records. The
 adapter, the solver and the demo are imported only when a command runs.
 """
 
@@ -118,18 +119,31 @@ def demo(
     jobs: int = typer.Option(200, "--jobs", help="jobs in the stream"),
     seed: int = typer.Option(0, "--seed"),
     span_s: float = typer.Option(150.0, "--span-s", help="arrivals spread over this many seconds"),
-    modes: str = typer.Option("slurm,optsched", "--modes", help="comma-separated: slurm, optsched"),
+    modes: str = typer.Option(
+        "slurm,slurm-site,optsched", "--modes",
+        help="comma-separated: slurm (sched/builtin FIFO), slurm-site (backfill, per-tenant "
+        "partitions, partition-priority preemption), optsched",
+    ),
+    quotas: str = typer.Option(
+        "default", "--quotas",
+        help="the adapter's quotas: default (32 GPUs over four tenants) or gangs (each guaranteed "
+        "tenant one whole GPU type, the best-effort ones none)",
+    ),
     cluster_dir: Path | None = typer.Option(
         None, "--cluster-dir", help="where the dev clusters live (default: a temporary folder)"
     ),
 ) -> None:
-    """The same job stream through Slurm's own scheduling and through optsched, side by side."""
+    """The same job stream through Slurm's own scheduling (FIFO, and as a site would set it up)
+    and through optsched, side by side."""
     from optsched.cli.common import check_out_dir, fail, out_dir
 
+    known = ("slurm", "slurm-site", "optsched")
     chosen = [m.strip() for m in modes.split(",") if m.strip()]
-    bad = [m for m in chosen if m not in ("slurm", "optsched")]
+    bad = [m for m in chosen if m not in known]
     if bad or not chosen:
-        fail("--modes", f"unknown mode(s) {bad or chosen}; use slurm, optsched")
+        fail("--modes", f"unknown mode(s) {bad or chosen}; use {', '.join(known)}")
+    if quotas not in ("default", "gangs"):
+        fail("--quotas", f"unknown '{quotas}'; use default, gangs")
     if jobs < 1:
         fail("--jobs", "must be >= 1")
     if seed < 0:
@@ -150,7 +164,8 @@ def demo(
     from optsched.hosts.demo import DemoSpec, run_demo
 
     with out_dir(out):
-        text = run_demo(DemoSpec(jobs=jobs, seed=seed, span_s=span_s), out, chosen, cluster_dir)
+        spec = DemoSpec(jobs=jobs, seed=seed, span_s=span_s, quotas=quotas)
+        text = run_demo(spec, out, chosen, cluster_dir)
     typer.echo(text)
 
 

@@ -1,7 +1,12 @@
-"""``optsched slurm demo``: one Venus-like job stream through a real Slurm, twice.
+"""``optsched slurm demo``: one Venus-like job stream through a real Slurm, once per mode.
 
-Once with Slurm's own scheduling (the dev cluster without the gate: ``sched/builtin``) and once
-with optsched as the policy (gate on, the adapter's loop every ``epoch_s``). Jobs are ``sleep``
+Modes: ``slurm``, Slurm's own scheduling on the dev cluster without the gate (``sched/builtin``,
+FIFO); ``slurm-site``, Slurm configured as a site would (:data:`SITE_PARTITIONS`:
+``sched/backfill``, ``priority/multifactor``, one partition per tenant over the same nodes with
+the guaranteed tenants on a higher ``PriorityTier``, ``preempt/partition_prio`` with
+``PreemptMode=REQUEUE``; each job in its tenant's partition with a 2-minute time limit, the
+smallest whole minute over every job of the stream, so backfill has real limits to plan with);
+``optsched``, optsched as the policy (gate on, the adapter's loop every ``epoch_s``). Jobs are ``sleep``
 commands; the stream is generated with a fixed seed and compressed in time (arrivals over
 ``span_s`` seconds, durations of seconds). Everything reported is computed from Slurm's own
 completion records (``jobcomp/filetxt``): per tenant the queueing delay (first start minus
@@ -33,6 +38,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import tomllib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -53,6 +59,10 @@ SHARD_1 = 0.25
 """Share of the 1-GPU jobs that ask half a GPU (``--gres=shard:2`` of the dev cluster's 4)."""
 SHARDS_PER_GPU = 4
 TOTAL_GPUS = 32
+MODES = ("slurm", "slurm-site", "optsched")
+SITE_PARTITIONS = "prod:2 research:2 batch:1 dev:1"
+"""The ``slurm-site`` mode's partitions (``SITE`` of the dev-cluster script): one per tenant,
+``NAME:PriorityTier``; the guaranteed tenants' tier preempts (requeues) the best-effort ones."""
 
 # tenant: (Slurm account, qos class, max_queue_delay_s or None, share of the offered load)
 TENANTS: dict[str, tuple[str, str, float | None, float]] = {
@@ -83,27 +93,53 @@ speed = 1.0
 [[tenants]]
 id = "prod"
 accounts = ["prod"]
-quota = {{ a100 = 8, v100 = 4 }}
+quota = {quota_prod}
 qos = {{ max_queue_delay_s = 20 }}
 default_qos = "guaranteed"
 
 [[tenants]]
 id = "research"
 accounts = ["research"]
-quota = {{ a100 = 4, v100 = 4 }}
+quota = {quota_research}
 qos = {{ max_queue_delay_s = 30 }}
 default_qos = "guaranteed"
 
 [[tenants]]
 id = "batch"
 accounts = ["batch"]
-quota = {{ a100 = 4, v100 = 4 }}
+quota = {quota_batch}
 
 [[tenants]]
 id = "dev"
 accounts = ["dev"]
-quota = {{ v100 = 4 }}
+quota = {quota_dev}
 """
+
+
+QUOTAS: dict[str, dict[str, str]] = {
+    "default": {"prod": "{ a100 = 8, v100 = 4 }", "research": "{ a100 = 4, v100 = 4 }",
+                "batch": "{ a100 = 4, v100 = 4 }", "dev": "{ v100 = 4 }"},
+    "gangs": {"prod": "{ a100 = 16 }", "research": "{ v100 = 16 }", "batch": "{}", "dev": "{}"},
+}
+"""The adapter's quotas (``--quotas``): ``default`` spreads the 32 GPUs over the four tenants, so
+no guaranteed tenant's quota of one type holds a 16-GPU gang; ``gangs`` gives each guaranteed
+tenant one whole GPU type (16), so its largest gang fits, and the best-effort tenants only borrow."""
+
+
+def adapter_config(epoch_s: float, quotas: str = "default") -> str:
+    """The demo adapter's TOML."""
+    if quotas not in QUOTAS:
+        raise ValueError(f"quotas: unknown '{quotas}' (one of {', '.join(QUOTAS)})")
+    return CONFIG.format(epoch_s=epoch_s, **{f"quota_{t}": q for t, q in QUOTAS[quotas].items()})
+
+
+def largest_in_quota(quotas: str = "default") -> dict[str, int]:
+    """Per tenant, the most GPUs one job can have within the tenant's quota of one GPU type (the
+    demo's jobs ask untyped GPUs and run on one type). The engine reclaims lent GPUs only for
+    guaranteed work that fits the quota (``optsched.engine.assurance``, use (b)): a bigger
+    guaranteed job runs on free or borrowed GPUs only."""
+    cfg = tomllib.loads(adapter_config(1, quotas))
+    return {t["id"]: max(t["quota"].values(), default=0) for t in cfg["tenants"]}
 
 
 @dataclass(frozen=True)
@@ -117,6 +153,8 @@ class DemoSpec:
     sigma: float = 1.0
     max_s: float = 60.0
     epoch_s: float = 2.0
+    quotas: str = "default"
+    """The adapter's quotas: a key of :data:`QUOTAS`."""
 
 
 @dataclass(frozen=True)
@@ -170,16 +208,17 @@ def make_stream(spec: DemoSpec) -> list[DemoJob]:
     return out
 
 
-def _submit(client: SlurmClient, job: DemoJob) -> int:
+def _submit(client: SlurmClient, job: DemoJob, site: bool = False) -> int:
     """``sbatch`` one job in its shape (``-N K --gres=gpu:G`` per node, or ``--gres=shard:N``);
-    a 5-minute time limit."""
+    a 5-minute time limit, or with ``site`` its tenant's partition and a 2-minute limit."""
     return client.submit(
         seconds=job.duration_s,
         name=job.name,
         account=TENANTS[job.tenant][0],
+        partition=job.tenant if site else None,
         gpus=0 if job.shards else job.gpus // job.nodes,
         nodes=job.nodes,
-        extra=["--time=5", *([f"--gres=shard:{job.shards}"] if job.shards else [])],
+        extra=[f"--time={2 if site else 5}", *([f"--gres=shard:{job.shards}"] if job.shards else [])],
     )
 
 
@@ -200,8 +239,8 @@ def store_counts(store: Any, cluster: str) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------- one run
-def _cluster(action: str, folder: Path, gate: str) -> dict[str, str]:
-    env = {**os.environ, "GATE": gate, "SLURM_DEV_QUIET": "1"}
+def _cluster(action: str, folder: Path, gate: str, site: str = "") -> dict[str, str]:
+    env = {**os.environ, "GATE": gate, "SLURM_DEV_QUIET": "1", "SITE": site}
     p = subprocess.run(["bash", str(SCRIPT), action, str(folder)], capture_output=True, text=True, env=env)
     if p.returncode != 0:
         raise RuntimeError(f"slurm-dev-cluster.sh {action} failed: {p.stderr.strip()[-2000:]}")
@@ -215,8 +254,12 @@ def _cluster(action: str, folder: Path, gate: str) -> dict[str, str]:
 
 def run_mode(mode: str, stream: list[DemoJob], spec: DemoSpec, folder: Path, timeout_s: float = 900) -> Path:
     """Run the stream on a fresh cluster in ``folder``; returns its jobcomp file."""
+    if mode not in MODES:
+        raise ValueError(f"mode: unknown '{mode}' (one of {', '.join(MODES)})")
     folder.mkdir(parents=True, exist_ok=True)
-    env = _cluster("up", folder / "cluster", "on" if mode == "optsched" else "off")
+    site = mode == "slurm-site"
+    env = _cluster("up", folder / "cluster", "on" if mode == "optsched" else "off",
+                   SITE_PARTITIONS if site else "")
     client = SlurmClient(env=env)
     stop = threading.Event()
     loop_thread: threading.Thread | None = None
@@ -229,7 +272,7 @@ def run_mode(mode: str, stream: list[DemoJob], spec: DemoSpec, folder: Path, tim
             from optsched.hosts.slurm import SlurmHost
             from optsched.hosts.store import Store
 
-            (folder / "optsched.toml").write_text(CONFIG.format(epoch_s=spec.epoch_s))
+            (folder / "optsched.toml").write_text(adapter_config(spec.epoch_s, spec.quotas))
             cfg = load_config(folder / "optsched.toml")
             store = Store(cfg.store)
             from optsched import SolveParams
@@ -245,7 +288,7 @@ def run_mode(mode: str, stream: list[DemoJob], spec: DemoSpec, folder: Path, tim
             if delay > 0:
                 stop.wait(delay)
             with contextlib.suppress(SlurmError):  # a refused submission is left out
-                submitted[job.name] = str(_submit(client, job))
+                submitted[job.name] = str(_submit(client, job, site))
         # wait until every job has finished
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -271,14 +314,15 @@ def run_mode(mode: str, stream: list[DemoJob], spec: DemoSpec, folder: Path, tim
 
 
 # ---------------------------------------------------------------------------------- metrics
-def metrics(records: list[JobCompRecord], stream: list[DemoJob]) -> dict[str, Any]:
+def metrics(records: list[JobCompRecord], stream: list[DemoJob], quotas: str = "default") -> dict[str, Any]:
     """Per-tenant queueing delay, QoS compliance and GPU-seconds; cluster utilisation."""
     spec = {j.name: j for j in stream}
     runs: dict[int, list[JobCompRecord]] = {}
     for r in records:
         if r.name in spec:
             runs.setdefault(r.job_id, []).append(r)
-    per: dict[str, dict[str, list[float]]] = {t: {"delay": [], "gpu_s": []} for t in TENANTS}
+    per: dict[str, dict[str, list[float]]] = {t: {"delay": [], "gpu_s": [], "in_quota": []} for t in TENANTS}
+    cap = largest_in_quota(quotas)
     t_first, t_last, gpu_s_all, done, requeued = math.inf, 0.0, 0.0, 0, 0
     for recs in runs.values():
         job = spec[recs[0].name]
@@ -288,6 +332,8 @@ def metrics(records: list[JobCompRecord], stream: list[DemoJob]) -> dict[str, An
             continue
         first_start = min(starts)
         per[job.tenant]["delay"].append(max(0.0, first_start - submit))
+        if job.gpus <= cap[job.tenant]:
+            per[job.tenant]["in_quota"].append(max(0.0, first_start - submit))
         for r in recs:
             if r.start_time is None or r.end_time is None:
                 continue
@@ -311,6 +357,10 @@ def metrics(records: list[JobCompRecord], stream: list[DemoJob]) -> dict[str, An
             if limit is not None and delays
             else None,
             "gpu_s": sum(d["gpu_s"]),
+            "jobs_in_quota": len(d["in_quota"]),
+            "qos_compliance_in_quota": (sum(x <= limit for x in d["in_quota"]) / len(d["in_quota"]))
+            if limit is not None and d["in_quota"]
+            else None,
         }
     all_delays = [x for d in per.values() for x in d["delay"]]
     return {
@@ -341,6 +391,13 @@ def markdown(summary: dict[str, Any]) -> str:
             cells.append(_f(d["qos_compliance"], "{:.2f}"))
         label = f"{t} ({q}{', ' + format(lim, '.0f') + ' s' if lim is not None else ''})"
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    cap = largest_in_quota(summary.get("spec", {}).get("quotas", "default"))
+    for t, (_, _q, lim, _) in TENANTS.items():
+        if lim is None:
+            continue
+        lines += ["", f"{t}: on-time share of its jobs within quota (at most {cap[t]} GPUs): " + ", ".join(
+            f"{m} {_f(summary['modes'][m]['tenants'][t].get('qos_compliance_in_quota'), '{:.2f}')}"
+            f" of {summary['modes'][m]['tenants'][t].get('jobs_in_quota')}" for m in modes)]
     lines += ["", "| cluster | " + " | ".join(modes) + " |", "|---|" + "---:|" * len(modes)]
     for key, label, fmt in (
         ("gpu_utilisation", "GPU utilisation", "{:.3f}"),
@@ -372,7 +429,8 @@ def run_demo(spec: DemoSpec, out: Path, modes: list[str], cluster_dir: Path | No
         jobcomp = run_mode(mode, stream, spec, base / mode)
         recs, _ = read_jobcomp(jobcomp)
         (out / f"jobcomp-{mode}.txt").write_text(jobcomp.read_text() if jobcomp.exists() else "")
-        summary["modes"][mode] = metrics(recs, stream) | {"wall_s": round(time.monotonic() - t0, 1)}
+        wall = round(time.monotonic() - t0, 1)
+        summary["modes"][mode] = metrics(recs, stream, spec.quotas) | {"wall_s": wall}
         counts = base / mode / "store_counts.json"
         if counts.exists():
             summary["modes"][mode]["adapter"] = json.loads(counts.read_text())
