@@ -94,7 +94,8 @@ def main() -> None:
             for shaped in shapes:
                 for seed in _seeds(args.seeds):
                     path = Path(tmp) / f"{size}-{seed}-{int(shaped)}.json"
-                    cmd = [sys.executable, "-m", "optsched", "generate", "--size", size, "--seed", str(seed)]
+                    cmd = [sys.executable, "-m", "optsched.cli", "generate", "--size", size,
+                           "--seed", str(seed)]
                     if shaped:
                         cmd.append("--shapes")
                     path.write_text(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)

@@ -250,6 +250,15 @@ class NodePool:
         """Whether every GPU of ``refs`` is fully free (so :meth:`take` may take them)."""
         return all(ref.gpu in self.by_id[ref.node].free for ref in refs)
 
+    def can_take(self, refs: Sequence[GpuRef], shape: Shape | None = None) -> bool:
+        """Whether :meth:`take` of ``refs`` with ``shape`` fits: every GPU fully free and, with a
+        shape, its CPU and host memory free on each of its nodes (a stopped job kept running
+        again needs both back: the starts may have taken a node's CPU or memory without its
+        GPUs)."""
+        if not self.all_free(refs):
+            return False
+        return shape is None or all(self.by_id[nid].hosts(shape) for nid in {r.node for r in refs})
+
     def take(self, refs: Sequence[GpuRef], shape: Shape | None = None) -> None:
         """Mark the GPUs of a placement made elsewhere as used (and, with its ``shape``, the CPU
         and memory on each of its nodes and a share's thousandths): a part's start in the

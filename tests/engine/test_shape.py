@@ -177,3 +177,22 @@ def test_a_job_that_can_never_fit_is_queued_naming_the_resource(
     assert d.queue_reasons["p0"].value == reason
     assert d.explanations["p0"].binding == reason
     assert d.explanations["p0"].text.startswith("it can never start as asked: 'A100': ")
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_the_greedy_plan_keeps_a_stop_only_where_the_node_still_has_its_cpu_and_memory(seed: int) -> None:
+    """A stopped job is kept running again (its GPUs taken by no start) only when its nodes
+    still have its CPU and host memory: on these node-shaped snapshots a start had taken a kept
+    victim's CPU and memory without its GPUs, the greedy plan failed invariant 10 and the
+    decision fell to the minimal plan."""
+    import optsched
+    from optsched.engine.backends.base import SolveParams
+    from optsched.engine.check import check_decision
+    from optsched.engine.epoch import default_predictor
+    from optsched.instances import generate
+
+    state = load_state(generate("medium", seed, shapes=True))
+    params = SolveParams(backend="greedy", time_limit_s=60)
+    d = optsched.solve_epoch(state, params=params, predictor=default_predictor())
+    assert d.solver.fallback_reason == "greedy backend requested"  # the greedy plan itself answered
+    assert check_decision(state, d) == []

@@ -182,9 +182,10 @@ class _Tally:
         return self.free[t] >= 0 and self.pool(t) >= 0 and self.borrow_ok(i, t)
 
     def can_keep(self, r: int) -> bool:
-        """Whether stopped running item ``r`` may keep running again: its GPUs are still free."""
+        """Whether stopped running item ``r`` may keep running again: its GPUs, and its CPU and
+        host memory on their nodes, are still free."""
         run = self.p.running[r]
-        return self.nodes is None or run.guest or not run.alloc or self.nodes.all_free(run.alloc)
+        return self.nodes is None or run.guest or not run.alloc or self.nodes.can_take(run.alloc, _held(run))
 
 
 def _start(
@@ -229,11 +230,17 @@ def _start(
     return True
 
 
-def _try_start(ledger: _Tally, p: EpochProblem, c: int, own_only: bool = False) -> tuple[int, bool] | None:
+def _try_start(
+    ledger: _Tally, p: EpochProblem, c: int, own_only: bool = False, only: int | None = None
+) -> tuple[int, bool] | None:
+    """Start one member of class ``c`` on the first of its types (by type bonus) where it fits
+    (``own_only``: inside quota; ``only``: on that type alone); its (type, on loan)."""
     cls = p.pending[c]
     order = sorted(range(len(cls.types)), key=lambda k: (-cls.type_bonus[k], cls.types[k]))
     for k in order:
         t = cls.types[k]
+        if only is not None and t != only:
+            continue
         cap = ledger.blocked.get((c, t))
         if cap is not None and ledger.on_type.get((c, t), 0) >= cap:
             continue  # decoding found the nodes do not hold another one there
@@ -589,7 +596,8 @@ def _priority(p: EpochProblem, a: Assignment, ledger: _Tally) -> None:
                             _preempt(ledger, p, x)
                         applied = True
                     if applied:
-                        got = _try_start(ledger, p, c, own_only=True)
+                        # on ``t`` only: the room its stops make is counted for a start there
+                        got = _try_start(ledger, p, c, own_only=True, only=t)
                         if got is not None:
                             break
                 if not applied:
