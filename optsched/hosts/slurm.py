@@ -190,6 +190,12 @@ def build_snapshot(
     type_shards = shards_per_gpu(nodes, types)
     levels, domains = node_domains(obs.topology, [n.name for n in nodes])
     gpu_jobs = [j for j in obs.jobs if j.gpus > 0 or j.sharded]
+    # GPUs that running whole-GPU jobs hold: a job of shards reported on one of them (Slurm's
+    # view while a job ends, or a stale read) would make the snapshot invalid and lose the epoch
+    whole_held = {
+        (n, i): str(j.job_id)
+        for j in gpu_jobs if j.state in RUNNING_STATES and not j.sharded for n, i in j.allocation
+    }
     for sj in sorted(gpu_jobs, key=lambda j: (_submit_s(j), j.job_id)):
         jid = str(sj.job_id)
         tenant = tenant_of(cfg, sj)
@@ -219,6 +225,11 @@ def build_snapshot(
                 alloc = [(n, i) for n, i in held if n in node_ids]
                 if len(alloc) != 1:
                     out.skipped.append((jid, f"running shards on {held} are not on one known GPU"))
+                    continue
+                if alloc[0] in whole_held:
+                    n, i = alloc[0]
+                    out.skipped.append((jid, f"its shards are reported on GPU {n}/{i}, which whole-GPU job "
+                                             f"{whole_held[alloc[0]]} holds (left out of this epoch)"))
                     continue
             else:
                 alloc = [(n, i) for n, i in sj.allocation if n in node_ids]

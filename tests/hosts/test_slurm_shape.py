@@ -187,3 +187,23 @@ def test_shards_become_a_share_of_one_gpu(shards: int, milli: int) -> None:
     obs.jobs = parse_jobs(doc)
     job = next(j for j in build_snapshot(_cfg(), obs).snapshot["jobs"] if j["id"] == "1")
     assert (job["gpus"], job["gpu_milli"]) == (1, milli)
+
+
+def test_shards_reported_on_a_gpu_a_whole_gpu_job_holds_are_left_out_not_the_epoch() -> None:
+    # Slurm's report put the shards of jobs 1 and 4 on n1's GPU 0 while job 3 holds it whole
+    # (a job ending, or a stale read): the snapshot would be invalid and the epoch lost; the
+    # two jobs of shards are left out of this epoch, named with the reason, and it decides
+    import dataclasses
+
+    from optsched.hosts.slurmcli import GresAlloc
+
+    obs = _obs("shape_squeue_running.json")
+    whole = (GresAlloc("n1", "a100", 4, (0, 1, 2, 3)), GresAlloc("n2", "a100", 4, (0, 1, 2, 3)))
+    obs.jobs = [dataclasses.replace(j, gpu_alloc=whole) if j.job_id == 3 else j for j in obs.jobs]
+    built = build_snapshot(_cfg(), obs)
+    reason = "its shards are reported on GPU n1/0, which whole-GPU job 3 holds (left out of this epoch)"
+    assert built.skipped == [("1", reason), ("4", reason)]
+    s = Snapshot.model_validate(built.snapshot)
+    assert {j.id for j in s.jobs} == {"2", "3"}
+    d = solve_epoch(s)
+    assert check_decision(ClusterState.from_snapshot(s), d) == []
