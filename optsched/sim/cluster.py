@@ -843,6 +843,13 @@ class Simulator:
         t0 = time.perf_counter()
         if self._could_start():
             return False
+        self._log_no_change(t0, loaned, "feasible", event)
+        self.assurance_state = None
+        return True
+
+    def _log_no_change(self, t0: float, loaned: int, status: str, event: bool) -> None:
+        """One row of the decisions table for a decision that started, stopped and resized
+        nothing (measured from ``t0``), with the free-GPU shape after it."""
         d = self.log.decisions
         d["t"].append(self.now)
         d["seconds"].append(0.0)
@@ -855,11 +862,9 @@ class Simulator:
         d["preempted"].append(0)
         d["loaned_gpus"].append(loaned)
         d["on_loan_started"].append(0)
-        d["status"].append("feasible")
+        d["status"].append(status)
         d["event"].append(event)
         self._record_free(d)
-        self.assurance_state = None
-        return True
 
     def _change_key(self) -> tuple[int, int]:
         """Changes a policy can see: starts, stops and resizes (``_use_version``) and
@@ -877,21 +882,7 @@ class Simulator:
         t0 = time.perf_counter()
         self.expected.record(self.now, decision)
         loaned = sum(loan.gpus for loan in decision.loans)
-        d = self.log.decisions
-        d["t"].append(self.now)
-        d["seconds"].append(0.0)
-        d["snapshot_s"].append(time.perf_counter() - t0)
-        d["state_s"].append(0.0)
-        d["check_s"].append(0.0)
-        d["pending"].append(len(self.pending))
-        d["running"].append(len(self.running))
-        d["started"].append(0)
-        d["preempted"].append(0)
-        d["loaned_gpus"].append(loaned)
-        d["on_loan_started"].append(0)
-        d["status"].append(decision.status)
-        d["event"].append(event)
-        self._record_free(d)
+        self._log_no_change(t0, loaned, decision.status, event)
         a = self.log.assurance
         for ten in sorted(decision.assurance):
             a["t"].append(self.now)
