@@ -238,9 +238,7 @@ def _solve_epoch(
         else:
             d.solver.stage_seconds = {"validate": round(stage["validate"], 6), **d.solver.stage_seconds}
             d.solver.seconds = round(time.monotonic() - t0, 6)
-            if d.solver.seconds > params.time_limit_s:
-                jobs = len(state.snapshot.jobs)
-                log.warning("%s", overrun_text(d.solver.seconds, params.time_limit_s, jobs))
+            _warn_if_late(d, params, state)
             return d
     # the pool's size first (cluster GPUs lent to or returned from the serving pool): the
     # cluster part and the planner then see the pool it leaves, and the checker judges the
@@ -269,11 +267,16 @@ def _solve_epoch(
         decision.solver.notes.append(split_note)
     decision.solver.stage_seconds = {k: round(v, 6) for k, v in ep.stage.items()}
     decision.solver.seconds = round(time.monotonic() - t0, 6)
+    _warn_if_late(decision, params, state)
+    return decision
+
+
+def _warn_if_late(decision: Decision, params: SolveParams, state: ClusterState) -> None:
+    """Warn on the log (stderr) when the call took longer than its limit: not a note, so the
+    decision stays the same on any machine."""
     if decision.solver.seconds > params.time_limit_s:
-        # a warning on the log (stderr), not a note: the decision stays the same on any machine
         jobs = len(state.snapshot.jobs)
         log.warning("%s", overrun_text(decision.solver.seconds, params.time_limit_s, jobs))
-    return decision
 
 
 def overrun_text(seconds: float, limit_s: float, jobs: int) -> str:
