@@ -212,31 +212,30 @@ def _start_in_quota(led: _EventLedger, order: list[Job]) -> set[str]:
     return blocked
 
 
-def _own_victims(state: ClusterState, tenant: str, t: str, stopped: set[str]) -> list[Job]:
-    """The running best-effort jobs of ``tenant`` inside quota on type ``t`` that a guaranteed
-    start of the same tenant may stop between epochs (see step 4), newest first (least work
-    lost), then id."""
+def _own_victims(state: ClusterState) -> dict[tuple[str, str], list[Job]]:
+    """Per (tenant, type), the running best-effort jobs inside quota that a guaranteed start of
+    the same tenant may stop between epochs (see step 4), newest first (least work lost), then
+    id."""
     snap = state.snapshot
-    ten = snap.tenants[state.tenant_index[tenant]]
-    pre = ten.preemption
     hosts = set(state.host_of.values())
-    out: list[Job] = []
+    out: dict[tuple[str, str], list[Job]] = defaultdict(list)
     for job in state.running():
-        if job.tenant != tenant or job.qos == "guaranteed" or job.on_loan or job.id in stopped:
+        if job.qos == "guaranteed" or job.on_loan or job.allocation is None or not job.is_preemptible:
             continue
-        if job.allocation is None or state.job_type(job) != t or not job.is_preemptible:
-            continue
+        t = state.job_type(job)
         if shape_of(state, job, t).fractional:
             continue  # a share frees no whole GPU
         if job.id in state.host_of or job.id in hosts or job.colocated:
             continue
         if any(not state.node_available(r.node) for r in job.allocation):
             continue
+        pre = snap.tenants[state.tenant_index[job.tenant]].preemption
         minimum = job.min_runtime_s if job.min_runtime_s is not None else pre.min_runtime_s if pre else 0.0
         if job.start_s is not None and snap.now - job.start_s < minimum:
             continue
-        out.append(job)
-    out.sort(key=lambda j: (-(j.start_s if j.start_s is not None else -math.inf), j.id))
+        out[(job.tenant, t)].append(job)
+    for jobs in out.values():
+        jobs.sort(key=lambda j: (-(j.start_s if j.start_s is not None else -math.inf), j.id))
     return out
 
 
@@ -268,6 +267,7 @@ def _preempt_own(led: _EventLedger, order: list[Job]) -> int:
         if guaranteed and not st.on_loan and not st.colocated_with and st.allocation:
             taken[state.node_type(st.allocation[0].node)] += len(st.allocation)
     gang = _gang(state)
+    own_victims = _own_victims(state)
     capped: dict[str, int] = defaultdict(int)  # GPUs of each tenant stopped so far
     n = 0
     for job in order:
@@ -279,7 +279,7 @@ def _preempt_own(led: _EventLedger, order: list[Job]) -> int:
             key = (job.tenant, t)
             if key in led.kept:
                 continue
-            candidates = _own_victims(state, job.tenant, t, stopped)
+            candidates = [v for v in own_victims.get(key, ()) if v.id not in stopped]
             # quota room: stopping its own jobs inside quota gives it back
             need_room = led.own[key] + job.gpus - state.quota(job.tenant, t)
             if need_room > sum(v.gpus for v in candidates):
