@@ -815,12 +815,7 @@ class Simulator:
         d["status"].append(decision.status)
         d["event"].append(event)
         self._record_free(d)
-        a = self.log.assurance
-        for ten in sorted(decision.assurance):
-            a["t"].append(self.now)
-            a["tenant"].append(ten)
-            a["value"].append(float(decision.assurance[ten]))
-        self.assurance_state = decision.assurance_state or None
+        self._log_assurance(decision)
         if self.on_decision is not None:
             self.on_decision(snap, decision)
 
@@ -883,6 +878,10 @@ class Simulator:
         self.expected.record(self.now, decision)
         loaned = sum(loan.gpus for loan in decision.loans)
         self._log_no_change(t0, loaned, decision.status, event)
+        self._log_assurance(decision)
+
+    def _log_assurance(self, decision: Decision) -> None:
+        """The decision's assurance per tenant into the log, and its state for the next one."""
         a = self.log.assurance
         for ten in sorted(decision.assurance):
             a["t"].append(self.now)
