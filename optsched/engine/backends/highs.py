@@ -309,7 +309,7 @@ class HighsBackend:
             # more, it searched a smaller neighbourhood and ended 0.5-8% below the LP's bound
             # on medium seeds, against 0.002-0.45%), or the guided plan when the greedy plan
             # does not satisfy the model
-            step = self._rins(problem, params, lin, values, [hint, a], left, t0)
+            step = self._rins(problem, params, lin, values, [hint] if a is hint else [hint, a], left, t0)
             if step is None:  # the wall clock ended it: as in branch and bound, not reproducible
                 return SolveResult(SolveStatus.NO_SOLUTION, self.name, time.monotonic() - t0,
                                    detail=f"RINS after the LP relaxation ({WALL_CLOCK_HIT})")
@@ -341,8 +341,9 @@ class HighsBackend:
         the first of ``plans`` that satisfies the model: the incumbent RINS searches around),
         warm-started from that plan and stopped on a node limit; ``None`` when the wall clock
         stopped it."""
-        starts = [(i, from_assignment(lin, problem, a)) for i, a in enumerate(plans)]
-        i, x = next(((i, v) for i, v in starts if is_feasible(lin, v)), (-1, None))
+        # the first plan that satisfies the model, built only as far as needed
+        i, x = next(((i, v) for i, v in ((i, from_assignment(lin, problem, a)) for i, a in enumerate(plans))
+                     if is_feasible(lin, v)), (-1, None))
         x_is_guided = i == 1
         if x is None:
             return SolveResult(SolveStatus.NO_SOLUTION, self.name, 0.0, detail="no feasible start")
