@@ -87,12 +87,15 @@ def build_problem(
     signal: dict[str, asr.TenantAssurance],
     weights: ObjectiveWeights = DEFAULT_WEIGHTS,
     groups: Mapping[str, str] | None = None,
+    slack_cap: Mapping[str, int] | None = None,
 ) -> EpochProblem:
     """Score the candidates of one epoch (every pending job is kept).
 
     ``groups`` (job id -> label) splits classes further: jobs with different labels are never
     members of one class (the look-ahead's backfill groups, :mod:`optsched.engine.lookahead`).
+    ``slack_cap`` (type -> GPUs) lowers the victim slack (a part of a partitioned epoch).
     """
+    slack = victim_slack(state)
     sc = _scope(state, predictions, signal, weights, groups)
     run = _running_items(sc)
     hold = _holdings(sc, run.items)
@@ -121,7 +124,10 @@ def build_problem(
         unplaceable=tuple(pend.unplaceable),
         held_back=tuple(pend.held_back),
         no_loan=tuple(sorted(pend.restart)),  # nor any start on loan there (node_loss)
-        victim_slack=tuple(victim_slack(state)[t] for t in sc.types),
+        victim_slack=tuple(
+            min(s, slack_cap.get(t, s)) if slack_cap is not None else s
+            for t, s in ((t, slack[t]) for t in sc.types)
+        ),
         kept_over=hold.kept_over,
         deficit=hold.deficit,
         reclaim_bonus=reclaim_bonus,

@@ -35,6 +35,7 @@ import gc
 import logging
 import time
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -150,6 +151,7 @@ def solve_epoch(
     partitions: int | str | None = None,
     executor: str = "auto",
     assurance: dict[str, asr.TenantAssurance] | None = None,
+    victim_slack: Mapping[str, int] | None = None,
 ) -> Decision:
     """Decide one epoch.
 
@@ -172,6 +174,9 @@ def solve_epoch(
     assurance:
         The assurance signal to decide with instead of the one computed from the snapshot (a
         part of a partitioned epoch gets the whole fleet's).
+    victim_slack:
+        Per GPU type, at most this much victim slack (a part of a partitioned epoch gets its
+        share of the fleet's, :func:`optsched.engine.partition.splitting.part_slack`).
 
     Raises
     ------
@@ -188,7 +193,7 @@ def solve_epoch(
     paused = gc.isenabled()
     gc.disable()
     try:
-        return _solve_epoch(snapshot, params, pred, partitions, executor, assurance, predictor)
+        return _solve_epoch(snapshot, params, pred, partitions, executor, assurance, predictor, victim_slack)
     finally:
         if paused:
             gc.enable()
@@ -202,6 +207,7 @@ def _solve_epoch(
     executor: str = "auto",
     assurance: dict[str, asr.TenantAssurance] | None = None,
     given: Predictor | None = None,
+    victim_slack: Mapping[str, int] | None = None,
 ) -> Decision:
     t0, cpu0 = time.monotonic(), time.process_time()
     stage: dict[str, float] = {}
@@ -250,7 +256,7 @@ def _solve_epoch(
         state = _effective_state(state, pool)
         stage["pool"] = time.monotonic() - t
     try:
-        ep = _prepare(state, params, pred, stage, assurance)
+        ep = _prepare(state, params, pred, stage, assurance, victim_slack)
         ep.orig, ep.pool = orig, pool
     except (OptschedError, ValueError):
         raise
@@ -305,6 +311,7 @@ def _prepare(
     pred: Predictor,
     stage: dict[str, float],
     assurance: dict[str, asr.TenantAssurance] | None = None,
+    victim_slack: Mapping[str, int] | None = None,
 ) -> _Epoch:
     from optsched.engine.candidates import build_problem
     from optsched.engine.lookahead import LookaheadParams, plan_reservations
@@ -321,7 +328,9 @@ def _prepare(
         stage["reserve"] = time.monotonic() - t
         t = time.monotonic()
         signal = asr.compute(state) if assurance is None else assurance
-        problem = build_problem(state, predictions, pred, signal, params.objective, groups=res.groups)
+        problem = build_problem(
+            state, predictions, pred, signal, params.objective, groups=res.groups, slack_cap=victim_slack
+        )
         stage["candidates"] = time.monotonic() - t
     for w in caught:
         notes.append(f"{type(w.message).__name__}: {w.message}")

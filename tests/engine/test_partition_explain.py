@@ -177,7 +177,7 @@ def test_explanations_change_nothing_else(case: Case) -> None:
     sp = P.split(st, k, seed=GREEDY.seed)
     signal = asr.compute(st)
     part = GREEDY.with_(time_limit_s=Budget(GREEDY.time_limit_s).part_limit_s)
-    results = P.run_parts(sp.parts, part, "serial", signal, solve_epoch, EstimatePredictor())
+    results = P.run_parts(sp.parts, part, "serial", signal, solve_epoch, EstimatePredictor(), slack=sp.slack)
     plain, room_for = P.merge_plan(st, results, sp.leftover, signal)
     assert plain.explanations == {} and plain.queue_reasons == {}
     full = P.merge(st, results, sp.leftover, signal)

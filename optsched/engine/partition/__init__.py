@@ -127,7 +127,7 @@ def solve_partitioned(
     t = time.monotonic()
     results = run_parts(
         sp.parts, part_params, executor, signal, solve, predictor, limit_s=params.time_limit_s,
-        deadline=budget.part_deadline,
+        deadline=budget.part_deadline, slack=sp.slack,
     )
     stage["parts_wall"] = time.monotonic() - t
     stage["part_max"] = max(r.seconds for r in results)

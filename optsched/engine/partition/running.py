@@ -131,13 +131,15 @@ def solve_part(
     signal: dict[str, asr.TenantAssurance] | None,
     solve: SolveFn,
     predictor: PredictorRef | Predictor | None = None,
+    slack: dict[str, int] | None = None,
 ) -> PartResult:
     """Solve one part with the ordinary pipeline (a top-level function: runs in a worker),
     with the whole fleet's assurance ``signal`` (a tenant whose jobs wait in another part is
-    not "assured" here, so its running jobs are not cheaper victims or MPS hosts)."""
+    not "assured" here, so its running jobs are not cheaper victims or MPS hosts) and the part's
+    share of the fleet's victim ``slack`` (:func:`~optsched.engine.partition.splitting.part_slack`)."""
     pred = load_predictor(predictor) if isinstance(predictor, PredictorRef) else predictor
     t, c = time.monotonic(), time.process_time()
-    d = solve(part, params=params, assurance=signal, predictor=pred)
+    d = solve(part, params=params, assurance=signal, predictor=pred, victim_slack=slack)
     return PartResult(
         d, time.monotonic() - t, len(part.jobs), sum(n.gpus for n in part.nodes), time.process_time() - c
     )
@@ -153,6 +155,7 @@ def run_parts(
     *,
     limit_s: float | None = None,
     deadline: float | None = None,
+    slack: list[dict[str, int]] | None = None,
 ) -> list[PartResult]:
     """Solve every part with ``solve``, in part order, through :func:`optsched.parallel.run`:
     on Ray (``ray``, or ``auto`` when Ray is initialised), in worker processes (``process``, or
@@ -173,7 +176,8 @@ def run_parts(
     t0 = time.monotonic()
     if deadline is None:
         deadline = t0 + params.time_limit_s + PART_GRACE * whole
-    tasks = [(p, solve_part, (part, params, signal, solve, ref)) for p, part in enumerate(parts)]
+    slacks: list[dict[str, int] | None] = list(slack) if slack is not None else [None] * len(parts)
+    tasks = [(p, solve_part, (part, params, signal, solve, ref, slacks[p])) for p, part in enumerate(parts)]
     warm = parts[0].model_copy(update={"nodes": parts[0].nodes[:1], "jobs": []}) if parts else None
     setup = (setup_worker, (ref, warm, params, solve)) if mode != "serial" else None
     done, failures = parallel.run(tasks, mode=mode, setup=setup, deadline=deadline)
@@ -185,12 +189,12 @@ def run_parts(
         log.info("partitions: part(s) %s cut off by the wall clock; every part greedy", late)
         waited = time.monotonic() - t0
         return [
-            _greedy_part(part, params, signal, solve, predictor, PART_WALL_CLOCK_FALLBACK, waited)
-            for part in parts
+            _greedy_part(part, params, signal, solve, predictor, PART_WALL_CLOCK_FALLBACK, waited, slacks[p])
+            for p, part in enumerate(parts)
         ]
     for f in failures:
         why = f"part {f.key} failed ({f.error}); its greedy plan was used"
-        done[f.key] = _greedy_part(parts[f.key], params, signal, solve, predictor, why, 0.0)
+        done[f.key] = _greedy_part(parts[f.key], params, signal, solve, predictor, why, 0.0, slacks[f.key])
     return [done[p] for p in range(len(parts))]
 
 
@@ -202,9 +206,10 @@ def _greedy_part(
     predictor: Predictor | None,
     reason: str,
     waited: float,
+    slack: dict[str, int] | None = None,
 ) -> PartResult:
     """The greedy plan of a part, computed here, labelled ``fallback`` with ``reason``."""
-    r = solve_part(part, params.with_(backend="greedy"), signal, solve, predictor)
+    r = solve_part(part, params.with_(backend="greedy"), signal, solve, predictor, slack)
     d = r.decision
     note = reason if reason.startswith("partitions:") else f"partitions: {reason}"
     info = d.solver.model_copy(update={"fallback_reason": reason, "notes": [*d.solver.notes, note]})

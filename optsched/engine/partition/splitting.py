@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from optsched.engine.rules import victim_slack
 from optsched.engine.state import ClusterState
 from optsched.schema.snapshot import Job, Node, Options, Snapshot, Tenant
 
@@ -81,6 +82,8 @@ class Split:
     leftover: list[str]
     """Pending jobs no part can hold (left for the coordination step)."""
     seconds: float = 0.0
+    slack: list[dict[str, int]] | None = None
+    """Per part, the victim slack per type it may use (:func:`part_slack`)."""
 
 
 def _stable_hash(seed: int, key: str) -> int:
@@ -317,4 +320,24 @@ def split(state: ClusterState, k: int, seed: int = 0, options: Options | None = 
         )
         for p in range(k)
     ]
-    return Split(parts, node_part, leftover, time.monotonic() - t0)
+    return Split(parts, node_part, leftover, time.monotonic() - t0, part_slack(state, k, node_part))
+
+
+def part_slack(state: ClusterState, k: int, node_part: dict[str, int]) -> list[dict[str, int]]:
+    """Per part, the victim slack per type (:func:`~optsched.engine.rules.victim_slack`) its
+    model may use: the fleet's, in the part holding the best-effort gang that sets it (the first
+    in snapshot order), 0 in the others. The fleet has one slack per type (best-effort jobs
+    inside quota free at most the guaranteed in-quota starts' GPUs plus it); each part's own
+    would add up to more, and the merged decision would fail invariant 3."""
+    slack = victim_slack(state)
+    owner: dict[str, int] = {}
+    for job in state.running():
+        if job.qos == "guaranteed" or job.on_loan or job.id in state.host_of or job.allocation is None:
+            continue
+        t = state.job_type(job)
+        if (
+            t not in owner and slack.get(t, 0) > 0 and job.gpus - 1 == slack[t]
+            and all(state.node_available(r.node) for r in job.allocation)
+        ):
+            owner[t] = node_part[job.allocation[0].node]
+    return [{t: (s if owner.get(t) == p else 0) for t, s in slack.items()} for p in range(k)]
