@@ -127,3 +127,23 @@ def test_rins_searches_around_the_guided_plan_when_the_greedy_plan_breaks_a_mode
     lp = get_backend("highs").solve(p, SolveParams(time_limit_s=60, work_s=2.0, extra={"mode": "lp"}), greedy)
     assert len(steps) == 1 and steps[0].startswith("around the guided plan: ")
     assert lp.objective is not None and lp.objective >= greedy.objective(p)
+
+
+def test_the_greedy_plan_frees_whole_nodes_for_guaranteed_gangs_before_the_fill() -> None:
+    # node-shaped medium seed 1: filling the free GPUs first in value order leaves no whole
+    # node for the guaranteed gangs of 8-32 GPUs that would pay for their victims (18% below the
+    # LP's bound); preempting for the guaranteed jobs, largest first, before the fill gets
+    # within 3%, and the greedy plan is the better of the two orders
+    from optsched.engine.backends.greedy import _greedy_order
+
+    state = load_state(generate("medium", 1, shapes=True))
+    p = _prepare(state, SolveParams(), PRED, {}).problem
+    lin = build_model(p)
+    res, _ = _solve(model_proto(lin, integer=False), _parameters(SolveParams(), 60.0, {}), None, 60.0)
+    bound = res.termination.objective_bounds.dual_bound + lin.offset
+    fill_first = _greedy_order(p, largest_first=False).objective(p)
+    largest_first = _greedy_order(p, largest_first=True).objective(p)
+    greedy = greedy_assignment(p).objective(p)
+    assert greedy == max(fill_first, largest_first)
+    assert fill_first < 0.85 * bound
+    assert greedy >= 0.97 * bound
