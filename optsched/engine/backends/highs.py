@@ -55,8 +55,10 @@ MIN_ITERATIONS = 20_000
 RINS_FREE_PER_WORK_S = 5000.0
 """Free variables of the RINS step per nominal second of work left after the LP (its root alone
 grows with them: about 0.15 s for 1,200 free variables at 2,500 GPUs, 0.8 s for 4,100 at
-10,000); a step that does not fit the work left is not run, so the answer stays the LP-guided
-plan rather than a wall-clock fallback."""
+10,000); a neighbourhood larger than the work left is cut to fit (:func:`_cut_to_fit`: the
+decisions on which the LP and the plan differ most stay free), so the step neither runs into the
+wall clock nor is skipped (skipped, node-shaped medium seeds answered with the greedy plan,
+2.2-8.2% below the LP's bound; cut, seeds 0, 3 and 9: 1.0-2.2%)."""
 RINS_COUNT_WINDOW = 2
 """Members of a class free in the RINS step on each side of the greedy plan's start count
 (:func:`_rins_fixed`; ten medium seeds: RINS with every member fixed where the LP agrees ended
@@ -206,6 +208,26 @@ def _rins_fixed(lin: LinearModel, lp: Sequence[float], x: Sequence[int]) -> list
     )
 
 
+def _cut_to_fit(
+    lin: LinearModel, lp: Sequence[float], x: Sequence[int], fixed: list[int], room: int
+) -> list[int]:
+    """``fixed`` plus the free decisions past the first ``room`` free variables: auxiliary
+    variables stay free (they follow the decisions), then the decisions on which the LP's
+    solution ``lp`` and the plan ``x`` differ most (ties by index); the others are fixed at
+    ``x`` too (``x`` satisfies the model, so the step stays feasible)."""
+    decisions: set[int] = set(lin.preempt.values())
+    for group in (lin.own, lin.loan, lin.guest, lin.grow, lin.shrink, lin.grow_dir):
+        decisions.update(group.values())
+    for members in lin.seg.values():
+        decisions.update(members)
+    is_fixed = set(fixed)
+    free = [k for k in range(lin.n) if k not in is_fixed]
+    aux = sum(1 for k in free if k not in decisions)
+    ranked = sorted((k for k in free if k in decisions), key=lambda k: (-abs(lp[k] - x[k]), k))
+    keep = max(0, room - aux)
+    return sorted(is_fixed | set(ranked[keep:]))
+
+
 class HighsBackend:
     """HiGHS (bundled with OR-Tools) on the neutral model."""
 
@@ -351,9 +373,14 @@ class HighsBackend:
         lbs, ubs = mp.variables.lower_bounds, mp.variables.upper_bounds
         fixed = _rins_fixed(lin, lp, x)
         free = lin.n - len(fixed)
-        if free > RINS_FREE_PER_WORK_S * work:
-            return SolveResult(SolveStatus.NO_SOLUTION, self.name, 0.0,
-                               detail=f"{free} free variables do not fit {work:.3g} s of work")
+        room = math.floor(RINS_FREE_PER_WORK_S * work)
+        cut = ""
+        if free > room:
+            # the neighbourhood does not fit the work left: keep free the decisions on which the
+            # LP's solution and the plan differ most, fix the rest at the plan's values too
+            fixed = _cut_to_fit(lin, lp, x, fixed, room)
+            cut = f" (cut from {free} to fit the work left)"
+            free = lin.n - len(fixed)
         for k in fixed:
             lbs[k] = ubs[k] = x[k]
         budget = max(0.01, params.time_limit_s - (time.monotonic() - t0))
@@ -369,4 +396,4 @@ class HighsBackend:
             return SolveResult(SolveStatus.NO_SOLUTION, self.name, 0.0, detail="no solution")
         return solved(lin, problem, _values(res, lin.n), SolveStatus.FEASIBLE, self.name, 0.0, None,
                       f"around {'the guided plan' if x_is_guided else 'the greedy plan'}: {free} of {lin.n} "
-                      f"variables free, node limit {nodes}")
+                      f"variables free{cut}, node limit {nodes}")

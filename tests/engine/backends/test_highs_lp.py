@@ -147,3 +147,35 @@ def test_the_greedy_plan_frees_whole_nodes_for_guaranteed_gangs_before_the_fill(
     assert greedy == max(fill_first, largest_first)
     assert fill_first < 0.85 * bound
     assert greedy >= 0.97 * bound
+
+
+def test_a_rins_neighbourhood_too_large_for_the_work_left_is_cut_not_skipped() -> None:
+    # node-shaped medium seed 0 at the default call's work: 2,769 variables would be free, 2,251
+    # fit; the step was skipped and the answer was the greedy plan, 5.6% below the LP's bound
+    from optsched.engine.backends.highs import RINS_FREE_PER_WORK_S, _cut_to_fit, _rins_fixed
+    from optsched.engine.formulation import from_assignment
+
+    state = load_state(generate("medium", 0, shapes=True))
+    p = _prepare(state, SolveParams(), PRED, {}).problem
+    greedy = greedy_assignment(p)
+    lin = build_model(p)
+    res, _ = _solve(model_proto(lin, integer=False), _parameters(SolveParams(), 60.0, {}), None, 60.0)
+    lp = _values(res, lin.n)
+    x = from_assignment(lin, p, greedy)
+    fixed = _rins_fixed(lin, lp, x)
+    free = lin.n - len(fixed)
+    room = free // 2
+    cut = _cut_to_fit(lin, lp, x, fixed, room)
+    assert set(fixed) <= set(cut) and lin.n - len(cut) == room
+    # what stays free: the largest disagreements between the LP and the plan
+    newly = set(cut) - set(fixed)
+    decisions = set(lin.preempt.values()) | {k for ms in lin.seg.values() for k in ms}
+    for group in (lin.own, lin.loan, lin.guest, lin.grow, lin.shrink, lin.grow_dir):
+        decisions.update(group.values())
+    kept = [k for k in decisions if k not in set(cut)]
+    assert kept and max(abs(lp[k] - x[k]) for k in newly) <= min(abs(lp[k] - x[k]) for k in kept)
+    work = 0.7 * free / RINS_FREE_PER_WORK_S  # the LP and 70% of the neighbourhood
+    out = get_backend("highs").solve(p, SolveParams(time_limit_s=60, work_s=work, extra={"mode": "lp"}), greedy)
+    assert out.objective is not None and out.bound is not None
+    assert "to fit the work left" in out.detail
+    assert out.objective > greedy.objective(p) + 1.0
