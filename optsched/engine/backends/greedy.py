@@ -553,6 +553,13 @@ def _priority(p: EpochProblem, a: Assignment, ledger: _Tally, largest_first: boo
     )
     groups = _started_groups(p, a)
     nodes = _NodeVictims(p, ledger)
+    # per running item, what the victim loop reads (read once: the loop runs per class and type)
+    tenant_of = [run.tenant for run in p.running]
+    gpus_of = [run.gpus for run in p.running]
+    victim_cap = [p.cap_of(run.tenant) if run.priority_victim else None for run in p.running]
+    for_priority = [run.priority_victim for run in p.running]
+    price = [math.ceil(PAY_SCALE * run.static_cost) for run in p.running]
+    others_of: dict[tuple[int, int], list[int]] = {}  # (tenant, type) -> others' victims there
     own_left: dict[tuple[int, int], int] = defaultdict(int)  # own GPUs stopping may still free
     for key, lst in by_owner.items():
         own_left[key] = sum(
@@ -564,12 +571,23 @@ def _priority(p: EpochProblem, a: Assignment, ledger: _Tally, largest_first: boo
         cls = p.pending[c]
         while a.started(c) < cls.cap and not (cls.group and cls.group in groups):
             done = False
+            if largest_first:
+                # before the fill: a job that fits its quota and the free GPUs starts as it is
+                got = _try_start(ledger, p, c, own_only=True)
+                if got is not None:
+                    a.add(c, got[0], got[1])
+                    if cls.group:
+                        groups.add(cls.group)
+                    continue
             for t in cls.own_types:
                 # preemptions are paid with time-invariant worth (the model's preemption_pays)
                 gain = math.floor(PAY_SCALE * cls.static_value)
                 # the tenant's own victims free quota and GPUs, others' only GPUs
                 own_list = by_owner.get((cls.tenant, t), [])
-                others = (r for r in by_type.get(t, []) if p.running[r].tenant != cls.tenant)
+                others = others_of.get((cls.tenant, t))
+                if others is None:
+                    others = [r for r in by_type.get(t, []) if tenant_of[r] != cls.tenant]
+                    others_of[(cls.tenant, t)] = others
                 taken: list[int] = []
                 cost = 0
                 got = None
@@ -590,26 +608,27 @@ def _priority(p: EpochProblem, a: Assignment, ledger: _Tally, largest_first: boo
                 if first:
                     listed = set(first)
                     pool = itertools.chain(first, (r for r in pool if r not in listed))
+                preempted, resized = a.preempt, a.resize
                 for r in pool:
-                    if r in a.preempt or r in hosting or r in a.resize:
+                    if r in preempted or r in hosting or r in resized:
                         continue  # a host that took a guest, or a resized job, keeps running
-                    run = p.running[r]
-                    cap = p.cap_of(run.tenant) if run.priority_victim else None
-                    if cap is not None and trial[run.tenant] + run.gpus > cap:
+                    g, vt, prio = gpus_of[r], tenant_of[r], for_priority[r]
+                    cap = victim_cap[r]
+                    if cap is not None and trial[vt] + g > cap:
                         continue  # the victim's tenant has no preemption left this epoch
-                    if run.priority_victim and run.gpus > room:
+                    if prio and g > room:
                         continue  # it would free GPUs no guaranteed start takes
-                    extra = math.ceil(PAY_SCALE * run.static_cost)
+                    extra = price[r]
                     if cost + extra > gain:
                         break
-                    if run.priority_victim:
-                        trial[run.tenant] += run.gpus
-                        room -= run.gpus
+                    if prio:
+                        trial[vt] += g
+                        room -= g
                     taken.append(r)
                     cost += extra
-                    need_gpus -= run.gpus
-                    if run.tenant == cls.tenant and not run.on_loan:
-                        need_room -= run.gpus
+                    need_gpus -= g
+                    if vt == cls.tenant and not p.running[r].on_loan:
+                        need_room -= g
                     if applied:
                         _preempt(ledger, p, r)
                     elif need_gpus <= 0 and need_room <= 0:
@@ -768,7 +787,49 @@ def unplace(p: EpochProblem, a: Assignment, failed: list[tuple[int, int, bool]])
             if _at_least(other, sh):
                 a.blocked[(d, t)] = a.on_type(d, t)
     drop_unused_preemptions(p, a)
+    keep_best_effort_within_room(p, a)
     return fill(p, a)
+
+
+def keep_best_effort_within_room(p: EpochProblem, a: Assignment) -> int:
+    """Keep running, most costly first, the in-quota best-effort victims a type's guaranteed
+    in-quota starts no longer pay for: after starts leave a plan (decoding found no nodes for
+    them), its stops may free more GPUs than those starts take plus the type's victim slack,
+    which the rules forbid (invariant 3). Only victims whose GPUs no start took; returns how
+    many were kept."""
+    ledger = _Tally(p, a)
+    guests_of = _guests_of(p)
+    kept = 0
+    for t in range(len(p.types)):
+        took = sum(
+            k * p.pending[c].gpus
+            for c, counts in a.starts.items() if p.pending[c].guaranteed
+            for (tt, loan), k in counts.items() if tt == t and not loan
+        )
+        room = took + (p.slack_of(t) if took > 0 else 0)
+        victims = sorted(
+            (r for r in a.preempt if p.running[r].type == t and p.running[r].priority_victim
+             and not p.running[r].guest),
+            key=lambda r: (-p.running[r].cost, p.running[r].job),
+        )
+        over = sum(p.running[r].gpus for r in victims) - room
+        for r in victims:
+            if over <= 0:
+                break
+            if not ledger.can_keep(r):
+                continue  # a start took its GPUs
+            _preempt(ledger, p, r, sign=-1)  # keep it running, on trial
+            run = p.running[r]
+            if ledger.free[t] >= 0 and ledger.pool(t) >= 0 and ledger.chunks.feasible(t) \
+                    and ledger.own[run.tenant][t] <= p.quota[run.tenant][t]:
+                a.preempt.discard(r)
+                for g in guests_of.get(run.job, []):
+                    a.preempt.discard(g)  # its guests run on its GPUs: they stay too
+                over -= run.gpus
+                kept += 1
+            else:
+                _preempt(ledger, p, r)
+    return kept
 
 
 def _at_least(big: Shape, small: Shape) -> bool:
