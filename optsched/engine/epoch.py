@@ -353,7 +353,26 @@ def _cluster_decision(ep: _Epoch, params: SolveParams, budget: Budget) -> Decisi
     hint, greedy_value = _greedy_plan(problem, ep.stage)
     params, auto_reason = _resolve_auto(problem, params, budget.solver_work_s)
     result, fallback_reason = _solve(problem, params, budget, hint, greedy_value, ep.stage, auto_reason)
-    return _first_valid_decision(ep, problem, params, result, fallback_reason, hint)
+    d = _first_valid_decision(ep, problem, params, result, fallback_reason, copy.deepcopy(hint))
+    if result is None or result.assignment is None or d.solver.objective is None:
+        return d
+    if d.solver.objective >= greedy_value - 1e-6 * max(1.0, abs(greedy_value)):
+        return d
+    # placing the solver's answer on the nodes lost starts the model's node rows (a relaxation
+    # where shapes need more) had counted, and left it below the greedy plan, which places as
+    # it goes: decide with the better of the two, the greedy plan labelled with the solver's bound
+    kept = SolveResult(
+        status=SolveStatus.FEASIBLE, backend=result.backend, seconds=result.seconds, assignment=hint,
+        objective=greedy_value, bound=result.bound,
+        detail=f"{result.detail}; placed on the nodes its answer ({d.solver.objective:.6g}) was below "
+        f"the greedy plan's ({greedy_value:.6g}), which is kept",
+    )
+    try:
+        g = _checked_decision(ep, problem, params, hint, kept, None)
+    except Exception:  # the solver's decision stands: it passed the checker
+        log.exception("decoding the greedy plan after the solver's answer failed")
+        return d
+    return g if g.solver.objective is not None and g.solver.objective > d.solver.objective else d
 
 
 def _greedy_plan(problem: EpochProblem, stage: dict[str, float]) -> tuple[Assignment, float]:
