@@ -182,7 +182,7 @@ def test_cli_refuses_an_unknown_mode_naming_the_option(tmp_path: Path) -> None:
     assert p.returncode == 2
     assert p.stdout == ""
     assert p.stderr.startswith(
-        "error: --modes: unknown mode(s) ['backfill']; use slurm, slurm-site, optsched")
+        "error: --modes: unknown mode(s) ['backfill']; use slurm, slurm-site, slurm-site-dbd, optsched")
     assert "Traceback" not in p.stderr
     assert not (tmp_path / "o").exists()
 
