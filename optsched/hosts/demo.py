@@ -367,8 +367,8 @@ def metrics(records: list[JobCompRecord], stream: list[DemoJob], quotas: str = "
             t_last = max(t_last, r.end_time)
         t_first = min(t_first, submit)
         done += any(r.state == "COMPLETED" for r in recs)
-        # a completed run names the partition it ran in (a requeued one lists the job's partitions)
-        standby += any(r.state == "COMPLETED" and r.partition == STANDBY for r in recs)
+        # a job of several partitions: its record lists them, the one it ran in first
+        standby += any(r.state == "COMPLETED" and r.partition.split(",")[0] == STANDBY for r in recs)
         requeued += sum(r.state in ("PENDING", "REQUEUED", "PREEMPTED", "REQUEUE_HOLD") for r in recs)
     span = max(1.0, t_last - t_first)
     tenants: dict[str, Any] = {}

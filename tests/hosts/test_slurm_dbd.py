@@ -196,10 +196,12 @@ def test_metrics_count_the_jobs_completed_in_standby() -> None:
 
     stream = [demo.DemoJob("p1", "prod", 16, 5, 0.0, nodes=2), demo.DemoJob("b1", "batch", 8, 5, 0.0),
               demo.DemoJob("b2", "batch", 8, 5, 0.0)]
-    recs = [rec(1, "p1", "COMPLETED", "standby", 1, 6),
-            # requeued from standby: the record lists the job's partitions; then done in batch
-            rec(2, "b1", "PREEMPTED", "standby,batch", 0, 2), rec(2, "b1", "COMPLETED", "batch", 3, 8),
-            rec(3, "b2", "COMPLETED", "batch", 0, 5)]
+    # as jobcomp writes a job of -p TENANT,standby: its partitions, the one it ran in first
+    recs = [rec(1, "p1", "COMPLETED", "standby,prod", 1, 6),
+            # preempted in standby, then done in batch
+            rec(2, "b1", "PREEMPTED", "standby,batch", 0, 2),
+            rec(2, "b1", "COMPLETED", "batch,standby", 3, 8),
+            rec(3, "b2", "COMPLETED", "batch,standby", 0, 5)]
     m = demo.metrics(recs, stream)
     assert (m["jobs_standby"], m["runs_requeued"], m["jobs_completed"]) == (1, 1, 3)
     assert "| jobs completed in partition standby | 1 |" in demo.markdown({"modes": {"slurm-site-dbd": m}})
