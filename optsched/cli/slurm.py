@@ -134,6 +134,11 @@ def demo(
     cluster_dir: Path | None = typer.Option(
         None, "--cluster-dir", help="where the dev clusters live (default: a temporary folder)"
     ),
+    reserve_min_gpus: int | None = typer.Option(
+        None, "--reserve-min-gpus",
+        help="the adapter's reserve_min_gpus: the smallest gang the look-ahead reserves GPUs for "
+        "(default: the engine's, 33, so no gang of the demo's 32 GPUs)",
+    ),
 ) -> None:
     """The same job stream through Slurm's own scheduling (FIFO, and as a site would set it up)
     and through optsched, side by side."""
@@ -150,6 +155,8 @@ def demo(
         fail("--jobs", "must be >= 1")
     if seed < 0:
         fail("--seed", "must be >= 0")
+    if reserve_min_gpus is not None and reserve_min_gpus < 1:
+        fail("--reserve-min-gpus", "must be >= 1")
     if not span_s > 0:
         fail("--span-s", "must be > 0")
     if cluster_dir is not None:
@@ -172,7 +179,7 @@ def demo(
     from optsched.hosts.demo import DemoSpec, run_demo
 
     with out_dir(out):
-        spec = DemoSpec(jobs=jobs, seed=seed, span_s=span_s, quotas=quotas)
+        spec = DemoSpec(jobs=jobs, seed=seed, span_s=span_s, quotas=quotas, reserve_min_gpus=reserve_min_gpus)
         text = run_demo(spec, out, chosen, cluster_dir)
     typer.echo(text)
 

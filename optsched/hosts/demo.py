@@ -135,11 +135,16 @@ no guaranteed tenant's quota of one type holds a 16-GPU gang; ``gangs`` gives ea
 tenant one whole GPU type (16), so its largest gang fits, and the best-effort tenants only borrow."""
 
 
-def adapter_config(epoch_s: float, quotas: str = "default") -> str:
-    """The demo adapter's TOML."""
+def adapter_config(epoch_s: float, quotas: str = "default", reserve_min_gpus: int | None = None) -> str:
+    """The demo adapter's TOML (``reserve_min_gpus``: the look-ahead's smallest reserved gang;
+    None: the engine's default)."""
     if quotas not in QUOTAS:
         raise ValueError(f"quotas: unknown '{quotas}' (one of {', '.join(QUOTAS)})")
-    return CONFIG.format(epoch_s=epoch_s, **{f"quota_{t}": q for t, q in QUOTAS[quotas].items()})
+    text = CONFIG.format(epoch_s=epoch_s, **{f"quota_{t}": q for t, q in QUOTAS[quotas].items()})
+    if reserve_min_gpus is not None:  # a top-level key: before the first table
+        first = "\n[gpu_types.a100]"
+        text = text.replace(first, f"reserve_min_gpus = {reserve_min_gpus}\n{first}", 1)
+    return text
 
 
 def largest_in_quota(quotas: str = "default") -> dict[str, int]:
@@ -173,6 +178,9 @@ class DemoSpec:
     epoch_s: float = 2.0
     quotas: str = "default"
     """The adapter's quotas: a key of :data:`QUOTAS`."""
+    reserve_min_gpus: int | None = None
+    """The adapter's ``reserve_min_gpus`` (None: the engine's default, 33: no gang of the demo's
+    32 GPUs gets a reservation)."""
 
 
 @dataclass(frozen=True)
@@ -296,7 +304,8 @@ def run_mode(mode: str, stream: list[DemoJob], spec: DemoSpec, folder: Path, tim
             from optsched.hosts.slurm import SlurmHost
             from optsched.hosts.store import Store
 
-            (folder / "optsched.toml").write_text(adapter_config(spec.epoch_s, spec.quotas))
+            toml = adapter_config(spec.epoch_s, spec.quotas, spec.reserve_min_gpus)
+            (folder / "optsched.toml").write_text(toml)
             cfg = load_config(folder / "optsched.toml")
             store = Store(cfg.store)
             from optsched import SolveParams
