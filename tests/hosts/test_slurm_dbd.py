@@ -77,18 +77,32 @@ def dbd_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmClust
     missing = [b for b in DBD_BINARIES if shutil.which(b) is None]
     if missing:
         pytest.skip(f"binaries absent: {', '.join(missing)} (apt-get install mariadb-server slurmdbd)")
-    cluster = start_dev_cluster(tmp_path_factory.mktemp("slurm-dbd"), gate="off",
-                                env={"SITE": demo.SITE_DBD_PARTITIONS, "DBD": "on",
-                                     "GPU_LIMITS": demo.site_gpu_limits()})
-    pids = {name: int((cluster.dir / "run" / f"{name}.pid").read_text())
-            for name in ("mariadbd", "slurmdbd", "slurmctld")}
+    cluster = _up(tmp_path_factory.mktemp("slurm-dbd"))
     try:
         yield cluster
     finally:
+        pids = _pids(cluster)
         stop_dev_cluster(cluster)
     # `down` stopped the database and slurmdbd as well
-    assert [name for name, pid in pids.items() if Path(f"/proc/{pid}").exists()
-            and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]] == []
+    assert [name for name, pid in pids.items() if _alive(pid)] == []
+
+
+def _up(folder: Path) -> SlurmCluster:
+    return start_dev_cluster(folder, gate="off", env={"SITE": demo.SITE_DBD_PARTITIONS, "DBD": "on",
+                                                      "GPU_LIMITS": demo.site_gpu_limits()})
+
+
+def _pids(cluster: SlurmCluster) -> dict[str, int]:
+    return {name: int((cluster.dir / "run" / f"{name}.pid").read_text())
+            for name in ("mariadbd", "slurmdbd", "slurmctld")}
+
+
+def _alive(pid: int) -> bool:
+    """The process exists and is no zombie (nothing reaps daemons here)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def _wait_states(client: SlurmClient, jobs: dict[int, str],
@@ -205,3 +219,28 @@ def test_metrics_count_the_jobs_completed_in_standby() -> None:
     m = demo.metrics(recs, stream)
     assert (m["jobs_standby"], m["runs_requeued"], m["jobs_completed"]) == (1, 1, 3)
     assert "| jobs completed in partition standby | 1 |" in demo.markdown({"modes": {"slurm-site-dbd": m}})
+
+
+def test_down_then_up_keeps_the_database_and_adds_nothing(dbd_cluster: SlurmCluster,
+                                                          dbd: SlurmClient) -> None:
+    def accounting() -> list[str]:
+        return [dbd.run("sacctmgr", "-n", "-P", "show", what, fmt)
+                for what, fmt in (("qos", "format=name,grptres"), ("assoc", "format=account,user"),
+                                  ("account", "format=account"))]
+
+    before = accounting()
+    install_log = (dbd_cluster.dir / "log" / "mariadb-install.log").read_text()
+    pids = _pids(dbd_cluster)
+    stop_dev_cluster(dbd_cluster)
+    assert [name for name, pid in pids.items() if _alive(pid)] == []
+    status = subprocess.run(["bash", str(SCRIPT), "status", str(dbd_cluster.dir)], capture_output=True,
+                            text=True, timeout=60, check=False)
+    assert status.returncode == 1
+    assert {line.split()[1] for line in status.stdout.splitlines()} == {"stopped"}
+    again = _up(dbd_cluster.dir)  # the same folder: the fixture's cluster runs again
+    assert again.slurm_conf == dbd_cluster.slurm_conf
+    # the data folder was made once, and no account, association or QOS was added twice
+    assert (dbd_cluster.dir / "log" / "mariadb-install.log").read_text() == install_log
+    assert accounting() == before
+    job = dbd.submit(seconds=60, name="after", account="prod", partition="prod", gpus=8, extra=["--time=5"])
+    assert _wait_states(dbd, {job: "RUNNING"})[job][0] == "RUNNING"
