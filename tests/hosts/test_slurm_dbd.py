@@ -116,6 +116,17 @@ def _wait_states(client: SlurmClient, jobs: dict[int, str],
         time.sleep(0.2)
 
 
+def _reason(client: SlurmClient, job: int, want: str, timeout_s: float = 10) -> tuple[str, str]:
+    """Poll until the job's reason is ``want`` (the scheduler sets it on its next pass) or the
+    timeout; its last (state, reason)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = client.job_state(job)
+        if got[1] == want or time.monotonic() > deadline:
+            return got
+        time.sleep(0.2)
+
+
 def _cancel_all(client: SlurmClient) -> None:
     live = [j.job_id for j in client.jobs() if not j.ended]
     if live:
@@ -177,12 +188,12 @@ def test_a_job_over_the_tenant_qos_gpu_limit_stays_pending(dbd: SlurmClient) -> 
     got = _wait_states(dbd, {within: "RUNNING"})
     assert got[within][0] == "RUNNING"  # 8 + 4 = 12 GPUs: within the limit
     # 12 + 8 > 12: pending for the QOS limit, not for want of GPUs (20 are free)
-    assert dbd.job_state(over) == ("PENDING", "QOSGrpGRES")
+    assert _reason(dbd, over, "QOSGrpGRES") == ("PENDING", "QOSGrpGRES")
     assert sum(n.free_gpus for n in dbd.nodes()) == 20
     # another tenant's partition has its own limit: batch's 8 GPUs start
     other = dbd.submit(seconds=120, name="b8", account="batch", partition="batch", gpus=8, extra=["--time=5"])
     assert _wait_states(dbd, {other: "RUNNING"})[other][0] == "RUNNING"
-    assert dbd.job_state(over) == ("PENDING", "QOSGrpGRES")
+    assert _reason(dbd, over, "QOSGrpGRES") == ("PENDING", "QOSGrpGRES")
     # the quota frees up: the pending job starts
     dbd.run("scancel", str(first))
     assert _wait_states(dbd, {over: "RUNNING"})[over][0] == "RUNNING"
