@@ -27,10 +27,27 @@
 #                     NAME:TIER over all nodes (PriorityTier TIER; the first is the default) and
 #                     PreemptType=preempt/partition_prio with PreemptMode=REQUEUE: a job of a
 #                     higher tier requeues jobs of lower ones. Unset: sched/builtin, partitions a b c.
+#   DBD=on|off        on (with SITE; default off): accounting through slurmdbd on a private
+#                     MariaDB. `up` starts mariadbd (its own datadir, socket and port under
+#                     DIR/mysql, made once with mariadb-install-db) and slurmdbd (DIR/etc/
+#                     slurmdbd.conf, mode 600, accounting_storage/mysql); slurmctld then runs with
+#                     AccountingStorageType=accounting_storage/slurmdbd,
+#                     AccountingStorageEnforce=associations,limits,qos and
+#                     AccountingStorageTRES=gres/gpu. In the database: the cluster, one account
+#                     per SITE partition, this user in each of them (the first is the default)
+#                     and the QOS of GPU_LIMITS.
+#   GPU_LIMITS="prod:12 research:8"  (with DBD=on) one QOS per NAME:GPUS, named NAME, with
+#                     GrpTRES=gres/gpu=GPUS, attached to partition NAME as its partition QOS: the
+#                     jobs running in that partition hold at most GPUS GPUs together; a job that
+#                     would pass it stays pending (reason QOSGrpGRES). A partition not named has
+#                     no limit. Jobs of shards (gres/shard) are not counted.
 #   UP_TIMEOUT=S      seconds to wait for the four nodes to be idle (default 60).
 #   SLURM_DEV_QUIET=1 `up` prints only the export lines.
 #   WATCH_PID=PID     `up` also starts a watchdog that runs `down DIR` once process PID is gone
 #                     (the test fixture passes its own pid: a killed test run leaves no cluster).
+#
+# Needs with DBD=on: mariadbd, mariadb-install-db, mariadb, mariadb-admin, slurmdbd, sacctmgr
+# (Debian: apt-get install -y mariadb-server slurmdbd). `down` stops mariadbd and slurmdbd too.
 #
 # `up` on a DIR whose cluster is running prints the export lines and changes nothing; on a DIR
 # whose cluster is partly running it stops what is left and starts it all again (state kept).
@@ -63,16 +80,28 @@ if [[ -n "${SITE:-}" ]]; then
     unset _p
 fi
 
+# GPU_LIMITS (with DBD=on): NAME:GPUS, the GrpTRES of partition NAME's QOS.
+declare -A GPU_LIMIT=()
+for _l in ${GPU_LIMITS:-}; do
+    [[ "$_l" =~ ^[A-Za-z0-9_]+:[0-9]+$ ]] || die "GPU_LIMITS: '$_l' is not PARTITION:GPUS (e.g. prod:12)"
+    GPU_LIMIT[${_l%%:*}]=${_l#*:}
+done
+unset _l
+DB_NAME=slurm_acct_db
+DB_USER=slurm
+
 usage() {
     sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 
+# need_bins PACKAGES BINARY...: fail naming the missing binaries and the Debian packages.
 need_bins() {
-    local missing=() b
+    local packages=$1 missing=() b
+    shift
     for b in "$@"; do command -v "$b" >/dev/null 2>&1 || missing+=("$b"); done
     if ((${#missing[@]})); then
-        die "missing binaries: ${missing[*]} (Debian: apt-get install -y slurmctld slurmd slurm-client munge)"
+        die "missing binaries: ${missing[*]} (Debian: apt-get install -y $packages)"
     fi
 }
 
@@ -94,7 +123,18 @@ running() {
     [[ -n "$st" && "$st" != Z ]]
 }
 
-daemons() { echo munged slurmctld; local n; for n in "${NODES[@]}"; do echo "slurmd-$n"; done; }
+# dbd_on: whether this cluster runs accounting (DBD=on at `up`; DIR/etc/dbd afterwards).
+dbd_on() {
+    if [[ -n "${DBD_UP:-}" ]]; then [[ "$DBD_UP" == on ]]; else [[ "$(cat "$DIR/etc/dbd" 2>/dev/null)" == on ]]; fi
+}
+
+daemons() {
+    echo munged
+    if dbd_on; then echo mariadbd slurmdbd; fi
+    echo slurmctld
+    local n
+    for n in "${NODES[@]}"; do echo "slurmd-$n"; done
+}
 
 # free_ports N: N distinct TCP ports free on 127.0.0.1 right now.
 free_ports() {
@@ -141,9 +181,11 @@ logs_tail() {
 }
 
 write_config() {
-    local ports ctld_port i n t user gate="${GATE:-on}"
-    read -r -a ports <<<"$(free_ports $((1 + ${#NODES[@]})))"
+    local ports ctld_port dbd_port db_port i n t user gate="${GATE:-on}"
+    read -r -a ports <<<"$(free_ports $((3 + ${#NODES[@]})))"
     ctld_port=${ports[0]}
+    dbd_port=${ports[$((1 + ${#NODES[@]}))]}
+    db_port=${ports[$((2 + ${#NODES[@]}))]}
     user=$(id -un)
 
     mkdir -p "$DIR"/{etc,state,log,run,dev} "$DIR/munge"
@@ -186,7 +228,19 @@ write_config() {
         echo "ProctrackType=proctrack/linuxproc"
         echo "TaskPlugin=task/none"
         echo "JobAcctGatherType=jobacct_gather/none"
-        echo "AccountingStorageType=accounting_storage/none"
+        if dbd_on; then
+            # Accounting through slurmdbd: associations (account, user) must exist, and the
+            # QOS limits hold. gres/gpu is tracked, so GrpTRES=gres/gpu=N can limit it.
+            echo "AccountingStorageType=accounting_storage/slurmdbd"
+            echo "AccountingStorageHost=127.0.0.1"
+            echo "AccountingStoragePort=$dbd_port"
+            # The munge socket for slurmdbd connections (AuthInfo covers only the others).
+            echo "AccountingStoragePass=$DIR/munge/sock/munge.socket"
+            echo "AccountingStorageEnforce=associations,limits,qos"
+            echo "AccountingStorageTRES=gres/gpu"
+        else
+            echo "AccountingStorageType=accounting_storage/none"
+        fi
         echo "JobCompType=jobcomp/filetxt"
         echo "JobCompLoc=$DIR/log/jobcomp.txt"
         if [[ -n "${SITE:-}" ]]; then
@@ -230,8 +284,10 @@ write_config() {
         for ((i = 0; i < ${#PARTITIONS[@]}; i++)); do
             local default=NO
             ((i == 0)) && default=YES
+            local qos=""
+            if dbd_on && [[ -n "${GPU_LIMIT[${PARTITIONS[$i]}]:-}" ]]; then qos="QOS=${PARTITIONS[$i]}"; fi
             echo "PartitionName=${PARTITIONS[$i]} Nodes=ALL Default=$default MaxTime=INFINITE State=UP" \
-                "${TIER[${PARTITIONS[$i]}]:+PriorityTier=${TIER[${PARTITIONS[$i]}]}}"
+                "${TIER[${PARTITIONS[$i]}]:+PriorityTier=${TIER[${PARTITIONS[$i]}]}}" $qos
         done
     } >"$DIR/etc/slurm.conf.new"
     mv "$DIR/etc/slurm.conf.new" "$DIR/etc/slurm.conf"
@@ -274,6 +330,42 @@ function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
 end
 EOF
     echo "$gate" >"$DIR/etc/gate"
+    if dbd_on; then echo on; else echo off; fi >"$DIR/etc/dbd"
+    if dbd_on; then write_dbd_config "$user" "$dbd_port" "$db_port"; fi
+}
+
+# write_dbd_config USER DBD_PORT DB_PORT: slurmdbd.conf (mode 600: it holds the database
+# password, fresh at every `up`) and the folders of the private MariaDB.
+write_dbd_config() {
+    local user=$1 dbd_port=$2 db_port=$3
+    mkdir -p "$DIR/mysql/data" "$DIR/mysql/tmp"
+    chmod 0700 "$DIR/mysql"
+    echo "$db_port" >"$DIR/mysql/port"
+    DB_PASS=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+    (
+        umask 077
+        {
+            echo "# Written by scripts/slurm-dev-cluster.sh; rewritten at every 'up'."
+            echo "AuthType=auth/munge"
+            echo "AuthInfo=socket=$DIR/munge/sock/munge.socket"
+            # slurmdbd runs only where DbdHost is this machine's name; it listens on DbdAddr.
+            echo "DbdHost=$(hostname -s)"
+            echo "DbdAddr=127.0.0.1"
+            echo "DbdPort=$dbd_port"
+            echo "SlurmUser=$user"
+            echo "DebugLevel=info"
+            echo "LogFile=$DIR/log/slurmdbd.log"
+            echo "PidFile=$DIR/run/slurmdbd.pid"
+            echo "StorageType=accounting_storage/mysql"
+            echo "StorageHost=127.0.0.1"
+            echo "StoragePort=$db_port"
+            echo "StorageUser=$DB_USER"
+            echo "StoragePass=$DB_PASS"
+            echo "StorageLoc=$DB_NAME"
+        } >"$DIR/etc/slurmdbd.conf.new"
+    )
+    chmod 0600 "$DIR/etc/slurmdbd.conf.new"
+    mv "$DIR/etc/slurmdbd.conf.new" "$DIR/etc/slurmdbd.conf"
 }
 
 start_munge() {
@@ -294,6 +386,88 @@ start_munge() {
         --seed-file="$DIR/munge/munged.seed" \
         --num-threads=2 --force >>"$DIR/log/munged.log" 2>&1 ||
         { logs_tail; die "munged did not start"; }
+}
+
+mariadb_client() { mariadb --no-defaults --socket="$DIR/mysql/mysqld.sock" -u root "$@"; }
+
+# The private MariaDB: its data folder is made once (mariadb-install-db); mariadbd then runs
+# directly (no systemd, no /etc/mysql: --no-defaults), on 127.0.0.1 only, and the database user
+# slurmdbd logs in as gets this `up`'s password.
+start_mariadb() {
+    local user
+    user=$(id -un)
+    if [[ ! -d "$DIR/mysql/data/mysql" ]]; then
+        say "creating the MariaDB data folder (once)"
+        mariadb-install-db --no-defaults --user="$user" --datadir="$DIR/mysql/data" \
+            --auth-root-authentication-method=socket --skip-test-db >>"$DIR/log/mariadb-install.log" 2>&1 ||
+            { tail -n 20 "$DIR/log/mariadb-install.log" >&2; die "mariadb-install-db failed"; }
+    fi
+    # setsid and no inherited pipes: it outlives `up`, and a caller reading our output is not
+    # kept waiting. The --datadir on its command line is how pid_of knows it is ours.
+    setsid mariadbd --no-defaults --user="$user" --datadir="$DIR/mysql/data" \
+        --socket="$DIR/mysql/mysqld.sock" --port="$(cat "$DIR/mysql/port")" --bind-address=127.0.0.1 \
+        --skip-name-resolve --pid-file="$DIR/run/mariadbd.pid" --log-error="$DIR/log/mariadbd.log" \
+        --tmpdir="$DIR/mysql/tmp" --skip-log-bin --innodb-buffer-pool-size=64M \
+        --innodb-lock-wait-timeout=900 </dev/null >>"$DIR/log/mariadbd.log" 2>&1 &
+    echo $! >"$DIR/run/mariadbd.pid"
+}
+
+setup_database() {
+    mariadb_client <<EOF || die "could not set up the database user (log: $DIR/log/mariadbd.log)"
+CREATE DATABASE IF NOT EXISTS $DB_NAME;
+CREATE USER IF NOT EXISTS '$DB_USER'@'127.0.0.1' IDENTIFIED BY '$DB_PASS';
+ALTER USER '$DB_USER'@'127.0.0.1' IDENTIFIED BY '$DB_PASS';
+GRANT ALL ON $DB_NAME.* TO '$DB_USER'@'127.0.0.1';
+EOF
+}
+
+# slurmdbd has no option for its configuration: it reads slurmdbd.conf next to SLURM_CONF. It
+# is run through a link under DIR, so its command line names DIR (pid_of).
+start_slurmdbd() {
+    ln -sfn "$(command -v slurmdbd)" "$DIR/run/slurmdbd"
+    "$DIR/run/slurmdbd" >>"$DIR/log/slurmdbd.log" 2>&1 </dev/null || { logs_tail; die "slurmdbd did not start"; }
+}
+
+sacct_mgr() { sacctmgr -i "$@"; }
+
+# The cluster, one account per partition, this user in every account (the first one its
+# default), and one QOS per GPU_LIMITS entry (its limit is set once slurmctld has registered
+# gres/gpu: set_qos_limits). Only what is missing is added, so a second `up` adds nothing.
+seed_accounts() {
+    local user have p
+    user=$(id -un)
+    have=$(sacctmgr -n -P show cluster format=cluster)
+    grep -qx optsched-dev <<<"$have" || sacct_mgr add cluster optsched-dev >/dev/null
+    have=$(sacctmgr -n -P show account format=account)
+    for p in "${PARTITIONS[@]}"; do
+        grep -qx "$p" <<<"$have" || sacct_mgr add account "$p" cluster=optsched-dev \
+            description="tenant $p" organization=optsched >/dev/null
+    done
+    have=$(sacctmgr -n -P show qos format=name)
+    for p in "${!GPU_LIMIT[@]}"; do
+        grep -qx "$p" <<<"$have" || sacct_mgr add qos "$p" >/dev/null
+    done
+    have=$(sacctmgr -n -P show assoc format=account,user where user="$user")
+    for p in "${PARTITIONS[@]}"; do
+        grep -qx "$p|$user" <<<"$have" || sacct_mgr add user "$user" account="$p" cluster=optsched-dev \
+            defaultaccount="${PARTITIONS[0]}" >/dev/null
+    done
+}
+
+gres_gpu_tracked() { sacctmgr -n -P show tres format=type,name | grep -qx 'gres|gpu'; }
+
+qos_limits_in_ctld() {
+    local p
+    for p in "${!GPU_LIMIT[@]}"; do
+        scontrol show assoc_mgr flags=qos qos="$p" | grep -q "GrpTRES=.*gres/gpu=${GPU_LIMIT[$p]}(" || return 1
+    done
+}
+
+set_qos_limits() {
+    local p
+    for p in "${!GPU_LIMIT[@]}"; do
+        sacct_mgr modify qos "$p" set GrpTRES="gres/gpu=${GPU_LIMIT[$p]}" >/dev/null
+    done
 }
 
 # wait_for WHAT SECONDS COMMAND...: poll COMMAND every 0.1 s; fail at once (with the logs'
@@ -356,8 +530,9 @@ stop_all() {
             done
         fi
     fi
-    # slurmd first, the controller next, munge last: each still has what it needs to shut down.
-    for name in watchdog "${NODES[@]/#/slurmd-}" slurmctld munged; do
+    # slurmd first, the controller next, then slurmdbd and its database, munge last: each still
+    # has what it needs to shut down.
+    for name in watchdog "${NODES[@]/#/slurmd-}" slurmctld slurmdbd mariadbd munged; do
         pid=$(pid_of "$name")
         [[ -n "$pid" && "$pid" != "$$" ]] || continue
         kill -TERM "$pid" 2>/dev/null || true
@@ -398,9 +573,20 @@ on_exit() {
 trap on_exit EXIT
 
 cmd_up() {
-    need_bins munged slurmctld slurmd sinfo scontrol squeue sbatch scancel mknod
+    need_bins "slurmctld slurmd slurm-client munge" munged slurmctld slurmd sinfo scontrol squeue sbatch scancel mknod
     [[ "${GATE:-on}" == on || "${GATE:-on}" == off ]] || die "GATE must be on or off, not '${GATE}'"
     [[ -z "${SITE:-}" || "${GATE:-on}" == off ]] || die "SITE needs GATE=off (Slurm schedules by itself)"
+    DBD_UP=${DBD:-off}
+    [[ "$DBD_UP" == on || "$DBD_UP" == off ]] || die "DBD must be on or off, not '$DBD_UP'"
+    [[ "$DBD_UP" == off || -n "${SITE:-}" ]] || die "DBD=on needs SITE (one account per partition)"
+    [[ -z "${GPU_LIMITS:-}" || "$DBD_UP" == on ]] || die "GPU_LIMITS needs DBD=on (QOS limits live in slurmdbd)"
+    local p
+    for p in "${!GPU_LIMIT[@]}"; do
+        [[ -n "${TIER[$p]:-}" ]] || die "GPU_LIMITS: '$p' is not a SITE partition"
+    done
+    if [[ "$DBD_UP" == on ]]; then
+        need_bins "mariadb-server slurmdbd" slurmdbd sacctmgr mariadbd mariadb-install-db mariadb mariadb-admin
+    fi
     local running=0 total=0 name n
     if [[ -z "${DIR:-}" ]]; then
         DIR=$(mktemp -d "${TMPDIR:-/tmp}/optsched-slurm.XXXXXX")
@@ -428,6 +614,16 @@ cmd_up() {
     start_munge
     WATCH=(munged)
     wait_for "the munge socket" 10 test -S "$DIR/munge/sock/munge.socket"
+    if dbd_on; then
+        start_mariadb
+        WATCH+=(mariadbd)
+        wait_for "mariadbd to answer" 60 mariadb-admin --no-defaults --socket="$DIR/mysql/mysqld.sock" -u root ping
+        setup_database
+        start_slurmdbd
+        WATCH+=(slurmdbd)
+        wait_for "slurmdbd to answer" 120 sacctmgr -n show cluster
+        seed_accounts
+    fi
     # -f names DIR on each daemon's command line: that is how pid_of tells ours from others.
     slurmctld -f "$SLURM_CONF" >>"$DIR/log/slurmctld.log" 2>&1 || { logs_tail; die "slurmctld did not start"; }
     WATCH+=(slurmctld)
@@ -437,6 +633,12 @@ cmd_up() {
         WATCH+=("slurmd-$n")
     done
     wait_for "four idle nodes (sinfo)" "${UP_TIMEOUT:-60}" nodes_idle
+    if dbd_on && ((${#GPU_LIMIT[@]})); then
+        # gres/gpu is a TRES of the database once slurmctld has registered it.
+        wait_for "slurmctld to register gres/gpu with slurmdbd" 30 gres_gpu_tracked
+        set_qos_limits
+        wait_for "slurmctld to hold the QOS limits" 30 qos_limits_in_ctld
+    fi
     STARTING=0
     if [[ -n "${WATCH_PID:-}" ]]; then
         [[ "$WATCH_PID" =~ ^[0-9]+$ ]] || die "WATCH_PID must be a process id, not '$WATCH_PID'"
@@ -444,7 +646,7 @@ cmd_up() {
         setsid bash "$0" _watch "$DIR/" "$WATCH_PID" </dev/null >>"$DIR/log/watchdog.log" 2>&1 &
         echo $! >"$DIR/run/watchdog.pid"
     fi
-    say "up in $DIR: nodes ${NODES[*]}, partitions ${PARTITIONS[*]}, gate $(cat "$DIR/etc/gate")"
+    say "up in $DIR: nodes ${NODES[*]}, partitions ${PARTITIONS[*]}, gate $(cat "$DIR/etc/gate"), dbd $(cat "$DIR/etc/dbd")"
     print_env
 }
 

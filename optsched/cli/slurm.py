@@ -3,8 +3,9 @@
 ``run`` is the adapter's daemon (:mod:`optsched.hosts.slurm` over the shared host loop);
 ``explain`` prints the stored reason of a job (the text of ``optsched explain``);
 ``demo`` replays a small Venus-like job stream through a real (dev) Slurm cluster once per mode:
-Slurm's own FIFO, Slurm set up as a site would (backfill, per-tenant partitions, preemption)
-and optsched, and compares them from Slurm's own records. The
+Slurm's own FIFO, Slurm set up as a site would (backfill, per-tenant partitions, preemption),
+optionally that site with slurmdbd's QOS GPU limits per tenant, and optsched, and compares them
+from Slurm's own records. The
 adapter, the solver and the demo are imported only when a command runs.
 """
 
@@ -122,7 +123,8 @@ def demo(
     modes: str = typer.Option(
         "slurm,slurm-site,optsched", "--modes",
         help="comma-separated: slurm (sched/builtin FIFO), slurm-site (backfill, per-tenant "
-        "partitions, partition-priority preemption), optsched",
+        "partitions, partition-priority preemption), slurm-site-dbd (the same with slurmdbd on "
+        "MariaDB: a QOS GPU limit per tenant partition, a standby partition beyond it), optsched",
     ),
     quotas: str = typer.Option(
         "default", "--quotas",
@@ -132,12 +134,17 @@ def demo(
     cluster_dir: Path | None = typer.Option(
         None, "--cluster-dir", help="where the dev clusters live (default: a temporary folder)"
     ),
+    reserve_min_gpus: int | None = typer.Option(
+        None, "--reserve-min-gpus",
+        help="the adapter's reserve_min_gpus: the smallest gang the look-ahead reserves GPUs for "
+        "(default: the engine's, 33, so no gang of the demo's 32 GPUs)",
+    ),
 ) -> None:
     """The same job stream through Slurm's own scheduling (FIFO, and as a site would set it up)
     and through optsched, side by side."""
     from optsched.cli.common import check_out_dir, fail, out_dir
 
-    known = ("slurm", "slurm-site", "optsched")
+    known = ("slurm", "slurm-site", "slurm-site-dbd", "optsched")
     chosen = [m.strip() for m in modes.split(",") if m.strip()]
     bad = [m for m in chosen if m not in known]
     if bad or not chosen:
@@ -148,6 +155,8 @@ def demo(
         fail("--jobs", "must be >= 1")
     if seed < 0:
         fail("--seed", "must be >= 0")
+    if reserve_min_gpus is not None and reserve_min_gpus < 1:
+        fail("--reserve-min-gpus", "must be >= 1")
     if not span_s > 0:
         fail("--span-s", "must be > 0")
     if cluster_dir is not None:
@@ -160,11 +169,17 @@ def demo(
     if missing:
         fail("", f"slurm demo runs a dev Slurm cluster; missing on PATH: {', '.join(missing)} "
              "(Debian: apt-get install slurmctld slurmd slurm-client munge)")
+    if "slurm-site-dbd" in chosen:
+        missing = [b for b in ("slurmdbd", "sacctmgr", "mariadbd", "mariadb-install-db", "mariadb",
+                               "mariadb-admin") if shutil.which(b) is None]
+        if missing:
+            fail("--modes", f"slurm-site-dbd runs slurmdbd on MariaDB; missing on PATH: "
+                 f"{', '.join(missing)} (Debian: apt-get install mariadb-server slurmdbd)")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from optsched.hosts.demo import DemoSpec, run_demo
 
     with out_dir(out):
-        spec = DemoSpec(jobs=jobs, seed=seed, span_s=span_s, quotas=quotas)
+        spec = DemoSpec(jobs=jobs, seed=seed, span_s=span_s, quotas=quotas, reserve_min_gpus=reserve_min_gpus)
         text = run_demo(spec, out, chosen, cluster_dir)
     typer.echo(text)
 

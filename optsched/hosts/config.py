@@ -104,6 +104,11 @@ class SlurmConfig(_Strict):
     epoch_s: float = Field(default=30.0, gt=0, description="Seconds between decisions.")
     time_limit_s: float = Field(default=1.0, gt=0, description="Solver time limit per epoch.")
     backend: Literal["auto", "highs", "cpsat", "highspy", "milp", "pulp", "greedy"] = "auto"
+    reserve_min_gpus: int | None = Field(
+        default=None, ge=1, le=65536,
+        description="The snapshot's options.reserve_min_gpus: the smallest gang the look-ahead "
+        "reserves GPUs for (EASY backfilling); default: the engine's (33).",
+    )
     store: str = Field(default="optsched-slurm.db", min_length=1, description="SQLite store path.")
     gpu_types: dict[str, GpuTypeConfig] = Field(min_length=1, description="By Slurm gres type name.")
     tenants: list[TenantConfig] = Field(min_length=1)

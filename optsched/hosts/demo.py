@@ -6,6 +6,11 @@ FIFO); ``slurm-site``, Slurm configured as a site would (:data:`SITE_PARTITIONS`
 the guaranteed tenants on a higher ``PriorityTier``, ``preempt/partition_prio`` with
 ``PreemptMode=REQUEUE``; each job in its tenant's partition with a 2-minute time limit, the
 smallest whole minute over every job of the stream, so backfill has real limits to plan with);
+``slurm-site-dbd``, the same site with accounting through ``slurmdbd`` on a private MariaDB
+(:func:`site_gpu_limits`: each tenant's partition has a QOS whose ``GrpTRES=gres/gpu`` is the
+tenant's quota, and a ``standby`` partition on the best-effort tier has none; each job asks
+``-p TENANT,standby``, so it runs in its tenant's partition within the quota and in ``standby``,
+preemptible, beyond it);
 ``optsched``, optsched as the policy (gate on, the adapter's loop every ``epoch_s``). Jobs are ``sleep``
 commands; the stream is generated with a fixed seed and compressed in time (arrivals over
 ``span_s`` seconds, durations of seconds). Everything reported is computed from Slurm's own
@@ -59,10 +64,14 @@ SHARD_1 = 0.25
 """Share of the 1-GPU jobs that ask half a GPU (``--gres=shard:2`` of the dev cluster's 4)."""
 SHARDS_PER_GPU = 4
 TOTAL_GPUS = 32
-MODES = ("slurm", "slurm-site", "optsched")
+MODES = ("slurm", "slurm-site", "slurm-site-dbd", "optsched")
 SITE_PARTITIONS = "prod:2 research:2 batch:1 dev:1"
 """The ``slurm-site`` mode's partitions (``SITE`` of the dev-cluster script): one per tenant,
 ``NAME:PriorityTier``; the guaranteed tenants' tier preempts (requeues) the best-effort ones."""
+STANDBY = "standby"
+SITE_DBD_PARTITIONS = f"{SITE_PARTITIONS} {STANDBY}:1"
+"""The ``slurm-site-dbd`` mode's partitions: the tenants' and ``standby``, a partition without a
+QOS limit on the best-effort tier, where work beyond a tenant's quota runs preemptible."""
 
 # tenant: (Slurm account, qos class, max_queue_delay_s or None, share of the offered load)
 TENANTS: dict[str, tuple[str, str, float | None, float]] = {
@@ -126,11 +135,16 @@ no guaranteed tenant's quota of one type holds a 16-GPU gang; ``gangs`` gives ea
 tenant one whole GPU type (16), so its largest gang fits, and the best-effort tenants only borrow."""
 
 
-def adapter_config(epoch_s: float, quotas: str = "default") -> str:
-    """The demo adapter's TOML."""
+def adapter_config(epoch_s: float, quotas: str = "default", reserve_min_gpus: int | None = None) -> str:
+    """The demo adapter's TOML (``reserve_min_gpus``: the look-ahead's smallest reserved gang;
+    None: the engine's default)."""
     if quotas not in QUOTAS:
         raise ValueError(f"quotas: unknown '{quotas}' (one of {', '.join(QUOTAS)})")
-    return CONFIG.format(epoch_s=epoch_s, **{f"quota_{t}": q for t, q in QUOTAS[quotas].items()})
+    text = CONFIG.format(epoch_s=epoch_s, **{f"quota_{t}": q for t, q in QUOTAS[quotas].items()})
+    if reserve_min_gpus is not None:  # a top-level key: before the first table
+        first = "\n[gpu_types.a100]"
+        text = text.replace(first, f"reserve_min_gpus = {reserve_min_gpus}\n{first}", 1)
+    return text
 
 
 def largest_in_quota(quotas: str = "default") -> dict[str, int]:
@@ -140,6 +154,15 @@ def largest_in_quota(quotas: str = "default") -> dict[str, int]:
     guaranteed job runs on free or borrowed GPUs only."""
     cfg = tomllib.loads(adapter_config(1, quotas))
     return {t["id"]: max(t["quota"].values(), default=0) for t in cfg["tenants"]}
+
+
+def site_gpu_limits(quotas: str = "default") -> str:
+    """``GPU_LIMITS`` of the dev-cluster script for ``slurm-site-dbd``: per tenant its quota in
+    GPUs of any type (``prod:12 research:8 batch:8 dev:4`` for the default quotas). The QOS limits
+    GPUs without a type: the demo's jobs ask untyped GPUs, which typed limits
+    (``gres/gpu:a100=8``) do not hold back in Slurm 22.05."""
+    cfg = tomllib.loads(adapter_config(1, quotas))
+    return " ".join(f"{t['id']}:{sum(t['quota'].values())}" for t in cfg["tenants"])
 
 
 @dataclass(frozen=True)
@@ -155,6 +178,9 @@ class DemoSpec:
     epoch_s: float = 2.0
     quotas: str = "default"
     """The adapter's quotas: a key of :data:`QUOTAS`."""
+    reserve_min_gpus: int | None = None
+    """The adapter's ``reserve_min_gpus`` (None: the engine's default, 33: no gang of the demo's
+    32 GPUs gets a reservation)."""
 
 
 @dataclass(frozen=True)
@@ -208,14 +234,16 @@ def make_stream(spec: DemoSpec) -> list[DemoJob]:
     return out
 
 
-def _submit(client: SlurmClient, job: DemoJob, site: bool = False) -> int:
+def _submit(client: SlurmClient, job: DemoJob, site: bool = False, standby: bool = False) -> int:
     """``sbatch`` one job in its shape (``-N K --gres=gpu:G`` per node, or ``--gres=shard:N``);
-    a 5-minute time limit, or with ``site`` its tenant's partition and a 2-minute limit."""
+    a 5-minute time limit, or with ``site`` its tenant's partition (with ``standby`` also the
+    standby one: Slurm runs it in whichever can start it) and a 2-minute limit."""
+    partition = (f"{job.tenant},{STANDBY}" if standby else job.tenant) if site else None
     return client.submit(
         seconds=job.duration_s,
         name=job.name,
         account=TENANTS[job.tenant][0],
-        partition=job.tenant if site else None,
+        partition=partition,
         gpus=0 if job.shards else job.gpus // job.nodes,
         nodes=job.nodes,
         extra=[f"--time={2 if site else 5}", *([f"--gres=shard:{job.shards}"] if job.shards else [])],
@@ -239,8 +267,11 @@ def store_counts(store: Any, cluster: str) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------- one run
-def _cluster(action: str, folder: Path, gate: str, site: str = "") -> dict[str, str]:
-    env = {**os.environ, "GATE": gate, "SLURM_DEV_QUIET": "1", "SITE": site}
+def _cluster(action: str, folder: Path, gate: str, site: str = "",
+             gpu_limits: str | None = None) -> dict[str, str]:
+    """The dev-cluster script; ``gpu_limits`` (not None) runs it with ``DBD=on`` and those QOS limits."""
+    env = {**os.environ, "GATE": gate, "SLURM_DEV_QUIET": "1", "SITE": site,
+           "DBD": "off" if gpu_limits is None else "on", "GPU_LIMITS": gpu_limits or ""}
     p = subprocess.run(["bash", str(SCRIPT), action, str(folder)], capture_output=True, text=True, env=env)
     if p.returncode != 0:
         raise RuntimeError(f"slurm-dev-cluster.sh {action} failed: {p.stderr.strip()[-2000:]}")
@@ -257,9 +288,10 @@ def run_mode(mode: str, stream: list[DemoJob], spec: DemoSpec, folder: Path, tim
     if mode not in MODES:
         raise ValueError(f"mode: unknown '{mode}' (one of {', '.join(MODES)})")
     folder.mkdir(parents=True, exist_ok=True)
-    site = mode == "slurm-site"
+    site, dbd = mode in ("slurm-site", "slurm-site-dbd"), mode == "slurm-site-dbd"
     env = _cluster("up", folder / "cluster", "on" if mode == "optsched" else "off",
-                   SITE_PARTITIONS if site else "")
+                   (SITE_DBD_PARTITIONS if dbd else SITE_PARTITIONS) if site else "",
+                   site_gpu_limits(spec.quotas) if dbd else None)
     client = SlurmClient(env=env)
     stop = threading.Event()
     loop_thread: threading.Thread | None = None
@@ -272,7 +304,8 @@ def run_mode(mode: str, stream: list[DemoJob], spec: DemoSpec, folder: Path, tim
             from optsched.hosts.slurm import SlurmHost
             from optsched.hosts.store import Store
 
-            (folder / "optsched.toml").write_text(adapter_config(spec.epoch_s, spec.quotas))
+            toml = adapter_config(spec.epoch_s, spec.quotas, spec.reserve_min_gpus)
+            (folder / "optsched.toml").write_text(toml)
             cfg = load_config(folder / "optsched.toml")
             store = Store(cfg.store)
             from optsched import SolveParams
@@ -288,7 +321,7 @@ def run_mode(mode: str, stream: list[DemoJob], spec: DemoSpec, folder: Path, tim
             if delay > 0:
                 stop.wait(delay)
             with contextlib.suppress(SlurmError):  # a refused submission is left out
-                submitted[job.name] = str(_submit(client, job, site))
+                submitted[job.name] = str(_submit(client, job, site, standby=dbd))
         # wait until every job has finished
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -323,7 +356,7 @@ def metrics(records: list[JobCompRecord], stream: list[DemoJob], quotas: str = "
             runs.setdefault(r.job_id, []).append(r)
     per: dict[str, dict[str, list[float]]] = {t: {"delay": [], "gpu_s": [], "in_quota": []} for t in TENANTS}
     cap = largest_in_quota(quotas)
-    t_first, t_last, gpu_s_all, done, requeued = math.inf, 0.0, 0.0, 0, 0
+    t_first, t_last, gpu_s_all, done, requeued, standby = math.inf, 0.0, 0.0, 0, 0, 0
     for recs in runs.values():
         job = spec[recs[0].name]
         submit = min(r.submit_time for r in recs if r.submit_time is not None)
@@ -343,6 +376,8 @@ def metrics(records: list[JobCompRecord], stream: list[DemoJob], quotas: str = "
             t_last = max(t_last, r.end_time)
         t_first = min(t_first, submit)
         done += any(r.state == "COMPLETED" for r in recs)
+        # a job of several partitions: its record lists them, the one it ran in first
+        standby += any(r.state == "COMPLETED" and r.partition.split(",")[0] == STANDBY for r in recs)
         requeued += sum(r.state in ("PENDING", "REQUEUED", "PREEMPTED", "REQUEUE_HOLD") for r in recs)
     span = max(1.0, t_last - t_first)
     tenants: dict[str, Any] = {}
@@ -366,6 +401,7 @@ def metrics(records: list[JobCompRecord], stream: list[DemoJob], quotas: str = "
     return {
         "jobs_completed": done,
         "runs_requeued": requeued,
+        "jobs_standby": standby,
         "makespan_s": span,
         "gpu_utilisation": gpu_s_all / (TOTAL_GPUS * span),
         "avg_queue_s": sum(all_delays) / max(1, len(all_delays)),
@@ -405,8 +441,10 @@ def markdown(summary: dict[str, Any]) -> str:
         ("makespan_s", "makespan s", "{:.0f}"),
         ("jobs_completed", "jobs completed", "{:d}"),
         ("runs_requeued", "runs requeued (preempted)", "{:d}"),
+        ("jobs_standby", f"jobs completed in partition {STANDBY}", "{:d}"),
     ):
-        lines.append(f"| {label} | " + " | ".join(_f(summary["modes"][m][key], fmt) for m in modes) + " |")
+        cells = [_f(summary["modes"][m].get(key), fmt) for m in modes]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
     for m in modes:
         a = summary["modes"][m].get("adapter")
         if a:

@@ -328,6 +328,8 @@ def build_snapshot(
         "jobs": jobs,
         "options": {"time_limit_s": cfg.time_limit_s, "backend": cfg.backend},
     }
+    if cfg.reserve_min_gpus is not None:
+        out.snapshot["options"]["reserve_min_gpus"] = cfg.reserve_min_gpus
     if levels:
         out.snapshot["topology"] = {"levels": levels}
     if state:

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from optsched import ClusterState, Decision, Snapshot, check_decision, solve_epoch
+from optsched.errors import SnapshotError
 from optsched.hosts.config import SlurmConfig, parse_config
 from optsched.hosts.loop import HostLoop
 from optsched.hosts.slurm import Observation, SlurmHost, build_snapshot
@@ -92,6 +93,21 @@ def test_snapshot_from_recorded_squeue_and_sinfo() -> None:
     assert snap.assurance_state == {"alpha": {"x": 1}}  # unknown tenants dropped
     d = solve_epoch(snap)
     assert check_decision(ClusterState.from_snapshot(snap), d) == []
+
+
+def test_reserve_min_gpus_reaches_the_snapshot_options_only_when_set() -> None:
+    squeue = json.loads((DATA / "adapter_squeue.json").read_text())
+    sinfo = json.loads((DATA / "adapter_sinfo.json").read_text())
+    obs = Observation(parse_jobs(squeue), parse_nodes(sinfo), now=1796067800.0)
+    assert build_snapshot(_cfg(), obs).snapshot["options"] == {"time_limit_s": 1.0, "backend": "auto"}
+    def with_reserve(n: int) -> SlurmConfig:
+        return parse_config(CONFIG.format(store=":memory:").replace("start_wait_s",
+                                                                    f"reserve_min_gpus = {n}\nstart_wait_s"))
+
+    snap = Snapshot.model_validate(build_snapshot(with_reserve(8), obs).snapshot)
+    assert snap.options is not None and snap.options.reserve_min_gpus == 8
+    with pytest.raises(SnapshotError, match="reserve_min_gpus"):
+        with_reserve(0)
 
 
 def test_unmanaged_running_jobs_keep_their_gpus_and_unknown_pending_ones_are_left_out() -> None:

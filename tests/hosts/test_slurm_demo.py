@@ -42,6 +42,16 @@ def test_gang_quotas_give_each_guaranteed_tenant_one_whole_type(tmp_path: Path) 
         demo.adapter_config(2.0, "all")
 
 
+def test_adapter_config_sets_reserve_min_gpus_only_when_asked(tmp_path: Path) -> None:
+    from optsched.hosts.config import load_config
+
+    (tmp_path / "a.toml").write_text(demo.adapter_config(2.0))
+    (tmp_path / "b.toml").write_text(demo.adapter_config(2.0, "default", 8))
+    a, b = load_config(tmp_path / "a.toml"), load_config(tmp_path / "b.toml")
+    assert (a.reserve_min_gpus, b.reserve_min_gpus) == (None, 8)
+    assert [t.quota for t in a.tenants] == [t.quota for t in b.tenants]
+
+
 def test_metrics_on_time_share_overall_and_within_quota() -> None:
     stream = [
         DemoJob("p1", "prod", 8, 5, 0.0),  # within prod's quota, on time (10 s <= 20 s)
@@ -182,7 +192,7 @@ def test_cli_refuses_an_unknown_mode_naming_the_option(tmp_path: Path) -> None:
     assert p.returncode == 2
     assert p.stdout == ""
     assert p.stderr.startswith(
-        "error: --modes: unknown mode(s) ['backfill']; use slurm, slurm-site, optsched")
+        "error: --modes: unknown mode(s) ['backfill']; use slurm, slurm-site, slurm-site-dbd, optsched")
     assert "Traceback" not in p.stderr
     assert not (tmp_path / "o").exists()
 
