@@ -4,9 +4,11 @@
 =================  ====================================================================  =====================
 name               what it does                                                           follows
 =================  ====================================================================  =====================
-``fifo``           strict FIFO over the pooled cluster: jobs start in submission order;   the classic baseline
-                   the first job that does not fit blocks the rest (no backfill); use
-                   above quota borrows idle quota (loans declared), never reclaimed
+``fifo``           strict FIFO: jobs start in submission order; the first job that does   the classic baseline
+                   not fit blocks the rest of its queue (no backfill): one queue over
+                   the pooled cluster, one per tenant whose quota is a hard partition
+                   (:func:`fifo_queue`); use above quota borrows idle quota (loans
+                   declared), never reclaimed
 ``sjf``            shortest *estimated* runtime first (the snapshot's ``runtime_s``,      SJF on estimates
                    else the user's history mean, else 4 h), with backfill; pooled
 ``qssf``           quasi-shortest-service-first: smallest estimated GPU-time              Helios (SC'21)
@@ -23,7 +25,8 @@ name               what it does                                                 
 ``lucid``          priority = estimated runtime × GPUs; packs a job (≤ 8 GPUs) first on   Lucid (ASPLOS'23)
                    a running job of the same GPU count whose measured share score adds
                    to at most 2 with its own and whose memory fits; packing off under
-                   low recent arrival rate (then strict priority, blocking); no preemption
+                   low recent arrival rate (then strict priority, blocking per queue as
+                   ``fifo``); no preemption
 ``antman``         guaranteed jobs on quota (FIFO), preempting opportunistic work to get  AntMan (OSDI'20)
                    it; opportunistic jobs on idle GPUs, squeezed in as MPS guests when
                    none are left
@@ -333,6 +336,36 @@ def _fifo_key(j: Job) -> tuple[float, str]:
     return (j.submit_s, j.id)
 
 
+def fifo_queue(state: ClusterState, tenant: str) -> str | None:
+    """The queue a blocked head blocks, for the policies that block (FIFO, and Lucid-like with
+    packing off): ``tenant`` when its quota is a hard partition (``borrow_limit`` 0 on every
+    GPU type: it can only ever start inside its own quota, as a virtual cluster of Lucid's
+    simulator or of Venus' Slurm, each with its own queue), else ``None``, the one queue that
+    every tenant that may borrow shares (the pooled cluster)."""
+    if all(state.borrow_limit(tenant, t) == 0 for t in state.type_names):
+        return tenant
+    return None
+
+
+def fill_blocking(b: DecisionBuilder, order: list[Job]) -> None:
+    """Start the jobs of ``order`` in that order; the first job of a queue (:func:`fifo_queue`)
+    that does not start blocks the rest of *that* queue, and the others go on. In ``pooled``
+    mode that is the whole cluster's one queue; in ``partitioned`` mode one queue per tenant,
+    so a tenant whose partition is full does not hold back the others (docs/fidelity.md,
+    rule 1)."""
+    queue_of = {ten: fifo_queue(b.state, ten) for ten in b.state.tenant_ids}
+    queues = len(set(queue_of.values()))
+    blocked: set[str | None] = set()
+    for job in order:
+        q = queue_of[job.tenant]
+        if q in blocked:
+            continue
+        if not b.start(job):
+            blocked.add(q)
+            if len(blocked) == queues:
+                break
+
+
 class _Heuristic:
     name = "heuristic"
     backfill = True
@@ -348,12 +381,17 @@ class _Heuristic:
         return b.decision(self.name, order, time.perf_counter() - t0)
 
     def fill(self, b: DecisionBuilder, order: list[Job]) -> None:
+        if not self.backfill:
+            fill_blocking(b, order)
+            return
         for job in order:
-            if not b.start(job) and not self.backfill:
-                break
+            b.start(job)
 
 
 class FifoPolicy(_Heuristic):
+    """Strict FIFO, no backfill: the first job of a queue that does not fit blocks the rest of
+    its queue (:func:`fill_blocking`)."""
+
     name = "fifo"
     backfill = False
     idle_when_nothing_fits = "head"  # see optsched.sim.cluster.idle_when_nothing_fits
@@ -488,7 +526,9 @@ class LucidPolicy(_Heuristic):
       throughput predictor expects at most ``low_load_jobs`` GPU jobs per 10-minute bin over
       the next five bins; this policy has no look into the future and uses the arrivals of
       the last five bins instead (jobs it has seen submitted). With packing off, the queue is
-      strict priority order: the first job that does not fit blocks the rest, as in Lucid.
+      strict priority order: the first job that does not fit blocks the rest of its queue
+      (:func:`fill_blocking`: each tenant's own queue in partitioned mode, as Lucid runs one
+      policy per virtual cluster; the whole cluster's when pooled).
 
     Never preempts; pooled like the other heuristics (``borrow_limit`` 0 in partitioned mode
     keeps every tenant inside its quota).
@@ -543,9 +583,7 @@ class LucidPolicy(_Heuristic):
         if self.packing_on(snapshot):
             self.fill(b, order)
         else:
-            for job in order:
-                if not b.start(job):
-                    break
+            fill_blocking(b, order)
         return b.decision(self.name, order, time.perf_counter() - t0)
 
     def fill(self, b: DecisionBuilder, order: list[Job]) -> None:
