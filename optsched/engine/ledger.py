@@ -210,6 +210,10 @@ class NodePool:
         """Node indices whole-GPU pieces go to first when one holds them (the nodes a plan's
         stops free: its starts take those GPUs before others, so no stop leaves GPUs idle that
         a start of the plan took elsewhere)."""
+        self.best_fit = False
+        """Whole-GPU pieces go to the node with the fewest free GPUs that holds them, then
+        snapshot order, without the buddy rule: Lucid's ``ConsolidatePlacement`` for jobs of at
+        most one node (an option of the simulator's baselines, for replaying Lucid's setting)."""
 
     @classmethod
     def of(
@@ -352,7 +356,7 @@ class NodePool:
         buckets = self.buckets[t]
         table = self.frag[t]
         order = sorted(
-            (table[c][p] if c < len(table) and p < len(table[c]) else 0, c)
+            (0 if self.best_fit else table[c][p] if c < len(table) and p < len(table[c]) else 0, c)
             for c, ids in buckets.items()
             if c >= p and ids
         )

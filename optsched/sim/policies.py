@@ -84,13 +84,14 @@ class DecisionBuilder:
     others (largest idle first, ties by id), within ``borrow_limit`` and ``lend_limit``.
     """
 
-    def __init__(self, state: ClusterState) -> None:
+    def __init__(self, state: ClusterState, *, placement: str = "buddy") -> None:
         self.state = state
         snap = state.snapshot
         self.now = snap.now
         self.types = state.type_names
         # the engine's one placement rule: node shape, host CPU and memory, topology, shares
         self.pool = NodePool.of(state)
+        self.pool.best_fit = placement_best_fit(placement)
         self.node_gpus: dict[str, int] = {node.id: node.gpus for node in snap.nodes}
         self._victims: dict[str, list[Job]] | None = None
         self.use: dict[tuple[str, str], int] = defaultdict(int)
@@ -336,6 +337,20 @@ def _fifo_key(j: Job) -> tuple[float, str]:
     return (j.submit_s, j.id)
 
 
+PLACEMENTS = ("buddy", "best_fit")
+"""Node choice of a baseline's job of one node: ``buddy``, the engine's rule (the node whose
+free chunks the piece breaks least, then fewest free GPUs; :class:`NodePool`), or
+``best_fit``, the fewest free GPUs that hold it, then node order (Lucid's
+``ConsolidatePlacement``; docs/fidelity.md, rule 2)."""
+
+
+def placement_best_fit(placement: str) -> bool:
+    """Whether ``placement`` (one of :data:`PLACEMENTS`) is ``best_fit``."""
+    if placement not in PLACEMENTS:
+        raise ValueError(f"unknown placement '{placement}' ({', '.join(PLACEMENTS)})")
+    return placement == "best_fit"
+
+
 def fifo_queue(state: ClusterState, tenant: str) -> str | None:
     """The queue a blocked head blocks, for the policies that block (FIFO, and Lucid-like with
     packing off): ``tenant`` when its quota is a hard partition (``borrow_limit`` 0 on every
@@ -369,13 +384,15 @@ def fill_blocking(b: DecisionBuilder, order: list[Job]) -> None:
 class _Heuristic:
     name = "heuristic"
     backfill = True
+    placement = "buddy"
+    """See :data:`PLACEMENTS`."""
 
     def order(self, pending: list[Job], snapshot: Snapshot) -> list[Job]:
         return sorted(pending, key=_fifo_key)
 
     def decide(self, snapshot: Snapshot, state: ClusterState) -> Decision:
         t0 = time.perf_counter()
-        b = DecisionBuilder(state)
+        b = DecisionBuilder(state, placement=self.placement)
         order = self.order(state.pending(), snapshot)
         self.fill(b, order)
         return b.decision(self.name, order, time.perf_counter() - t0)
@@ -396,6 +413,10 @@ class FifoPolicy(_Heuristic):
     backfill = False
     idle_when_nothing_fits = "head"  # see optsched.sim.cluster.idle_when_nothing_fits
     clock_free = True  # see optsched.sim.cluster.clock_free
+
+    def __init__(self, *, placement: str = "buddy") -> None:
+        placement_best_fit(placement)
+        self.placement = placement
 
 
 class SjfPolicy(_Heuristic):
@@ -538,7 +559,9 @@ class LucidPolicy(_Heuristic):
 
     def __init__(self, max_label_sum: int = 2, interference: Interference | None = None,
                  *, max_pack_gpus: int = 8, low_load_jobs: float = 2.0,
-                 bin_s: float = 600.0, bins: int = 5) -> None:
+                 bin_s: float = 600.0, bins: int = 5, placement: str = "buddy") -> None:
+        placement_best_fit(placement)
+        self.placement = placement
         self.max_label_sum = max_label_sum
         self.max_pack_gpus = max_pack_gpus
         self.low_load_jobs = low_load_jobs
@@ -578,7 +601,7 @@ class LucidPolicy(_Heuristic):
 
     def decide(self, snapshot: Snapshot, state: ClusterState) -> Decision:
         t0 = time.perf_counter()
-        b = DecisionBuilder(state)
+        b = DecisionBuilder(state, placement=self.placement)
         order = self.order(state.pending(), snapshot)
         if self.packing_on(snapshot):
             self.fill(b, order)
@@ -785,16 +808,23 @@ class OptschedPolicy:
 
 def make_policy(name: str, *, seed: int = 0, truth: GroundTruth | None = None,
                 options: dict[str, Any] | None = None) -> Policy:
-    """A fresh policy by name (policies may keep state across epochs of one run)."""
+    """A fresh policy by name (policies may keep state across epochs of one run). ``options``
+    are the policy's keyword arguments: optsched's (:class:`OptschedPolicy`), or ``placement``
+    for ``fifo`` and ``lucid`` (:data:`PLACEMENTS`)."""
     opts = dict(options or {})
+    if opts and name not in ("optsched", "fifo", "lucid"):
+        raise ValueError(f"policy '{name}' takes no options (given: {', '.join(sorted(opts))})")
+    if name in ("fifo", "lucid") and set(opts) - {"placement"}:
+        raise ValueError(f"policy '{name}' takes only the option 'placement' "
+                         f"(given: {', '.join(sorted(opts))})")
     factories: dict[str, Callable[[], Policy]] = {
-        "fifo": FifoPolicy,
+        "fifo": lambda: FifoPolicy(**opts),
         "sjf": SjfPolicy,
         "qssf": QssfPolicy,
         "tiresias": TiresiasPolicy,
         "kueue": KueuePolicy,
         "gandiva": GandivaPolicy,
-        "lucid": lambda: LucidPolicy(interference=truth.interference if truth else None),
+        "lucid": lambda: LucidPolicy(interference=truth.interference if truth else None, **opts),
         "antman": AntManPolicy,
         "optsched": lambda: OptschedPolicy(seed=seed, truth=truth, **opts),
     }

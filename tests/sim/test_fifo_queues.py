@@ -8,6 +8,7 @@ import dataclasses
 
 import pytest
 
+from optsched.schema.decision import Decision
 from optsched.sim.cluster import Simulator
 from optsched.sim.policies import make_policy
 from optsched.sim.trace import TenantSpec, Trace, TraceJob
@@ -78,3 +79,38 @@ def test_pooled_lucid_without_packing_blocks_behind_the_head() -> None:
     ]
     trace = make_trace(jobs, [TenantSpec("A", {"V100": 3}), TenantSpec("B", {"V100": 1})])
     assert _starts(trace, "lucid", "pooled") == {"A1": 0.0, "A2": 100.0, "B1": 100.0}
+
+
+@pytest.mark.parametrize(("placement", "node"), [("buddy", "n0"), ("best_fit", "n1")])
+def test_placement_option_chooses_the_node_of_a_one_node_job(placement: str, node: str) -> None:
+    # j1, j2, j3 start in this order under both policies (FIFO: ids; Lucid-like: estimate x
+    # GPUs 6, 9, 10); at t=20, n0 has 6 free GPUs (j1 ended, j3 holds 2) and n1 has 5 (j2
+    # holds 3): the buddy rule puts j4's 2 GPUs on n0 (leaving a whole 4-chunk), best fit on
+    # n1 (Lucid's rule)
+    jobs = [
+        TraceJob("j1", "t", 6, 0.0, 10.0, estimate_s=1.0),
+        TraceJob("j2", "t", 3, 0.0, 1000.0, estimate_s=3.0),
+        TraceJob("j3", "t", 2, 0.0, 1000.0, estimate_s=5.0),
+        TraceJob("j4", "t", 2, 20.0, 10.0, estimate_s=5.0),
+    ]
+    trace = make_trace(jobs, [TenantSpec("t", {"V100": 16})], gpus=8, nodes=2)
+    where: dict[str, set[str]] = {}
+
+    def keep(snap: object, d: Decision) -> None:
+        for s in d.start:
+            where[s.job] = {r.node for r in s.allocation}
+
+    for policy in ("fifo", "lucid"):
+        where.clear()
+        pol = make_policy(policy, options={"placement": placement})
+        Simulator(trace, pol, config=EXACT, on_decision=keep).run()
+        assert where == {"j1": {"n0"}, "j2": {"n1"}, "j3": {"n0"}, "j4": {node}}, policy
+
+
+def test_placement_option_is_checked() -> None:
+    with pytest.raises(ValueError, match="unknown placement"):
+        make_policy("fifo", options={"placement": "spread"})
+    with pytest.raises(ValueError, match="takes no options"):
+        make_policy("sjf", options={"placement": "best_fit"})
+    with pytest.raises(ValueError, match="only the option 'placement'"):
+        make_policy("lucid", options={"backend": "greedy"})
