@@ -155,6 +155,20 @@ def test_best_fit_takes_the_fewest_free_gpus_then_node_order() -> None:
     assert got is not None and {r.node for r in got} == {"n6"}
 
 
+def test_best_fit_puts_the_rest_of_a_multi_node_job_on_the_freest_node_left() -> None:
+    """Lucid's rule for more than one node: whole nodes first, then the rest on the node with the
+    most free GPUs left (here a whole free node, not the 5-free node the buddy rule takes)."""
+    s = cluster(nodes={f"n{k}": ("A100", 8) for k in range(4)}, tenants={"a": {"A100": 32}})
+    s["jobs"] = [running("x", "a", [("n0", g) for g in range(3)], start_s=1.0),
+                 running("y", "a", [("n3", 0)], start_s=1.0)]
+    for best_fit, rest in ((False, "n0"), (True, "n2")):
+        pool = NodePool.of(load_state(s))
+        pool.best_fit = best_fit
+        got = pool.place("A100", Shape(12, (8, 4)))
+        assert got is not None
+        assert [r.node for r in got] == ["n1"] * 8 + [rest] * 4
+
+
 def test_cpu_and_memory_keep_pieces_off_a_node() -> None:
     s = cluster(nodes={"n0": ("A100", 8), "n1": ("A100", 8)}, tenants={"a": {"A100": 16}})
     s["nodes"][0].update(cpu_milli=4000, memory_mib=1000)
