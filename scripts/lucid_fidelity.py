@@ -14,7 +14,7 @@ Steps: the first ``--jobs`` jobs of ``--trace`` (plus Lucid's anchor row) are wr
 ``OUT/lucid``), and
 our simulator replays the same file in ``partitioned`` mode with exact runtimes
 (``runtime_jitter`` 0, as Lucid's) and the node choice ``--placement`` (``best_fit`` is
-Lucid's rule for a job of one node). The per-VC table goes to ``OUT/fidelity.md`` and
+Lucid's rule). The per-VC table goes to ``OUT/fidelity.md`` and
 ``OUT/fidelity.json``.
 """
 
@@ -74,8 +74,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--skip-lucid", action="store_true",
                     help="reuse Lucid's logs already in OUT/lucid")
     ap.add_argument("--placement", default="buddy", choices=PLACEMENTS,
-                    help="our baselines' node choice for a job of one node: buddy (the "
-                    "default, the engine's rule) or best_fit (Lucid's ConsolidatePlacement)")
+                    help="our baselines' node choice: buddy (the default, the engine's rule) "
+                    "or best_fit (Lucid's ConsolidatePlacement)")
     a = ap.parse_args(argv)
     if not (a.lucid_dir / "simulator.py").is_file():
         fail("--lucid-dir", f"'{a.lucid_dir}' has no simulator.py")

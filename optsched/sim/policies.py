@@ -338,10 +338,10 @@ def _fifo_key(j: Job) -> tuple[float, str]:
 
 
 PLACEMENTS = ("buddy", "best_fit")
-"""Node choice of a baseline's job of one node: ``buddy``, the engine's rule (the node whose
-free chunks the piece breaks least, then fewest free GPUs; :class:`NodePool`), or
-``best_fit``, the fewest free GPUs that hold it, then node order (Lucid's
-``ConsolidatePlacement``; docs/fidelity.md, rule 2)."""
+"""Node choice of a baseline's jobs: ``buddy``, the engine's rule (the node whose free chunks
+the piece breaks least, then fewest free GPUs; :class:`NodePool`), or ``best_fit``, Lucid's
+``ConsolidatePlacement`` (a job of one node on the node with the fewest free GPUs that holds
+it, a job of several nodes on the freest nodes; ties in node order; docs/fidelity.md, rule 2)."""
 
 
 def placement_best_fit(placement: str) -> bool:
