@@ -13,7 +13,8 @@ Steps: the first ``--jobs`` jobs of ``--trace`` (plus Lucid's anchor row) are wr
 ``simulator.py`` replays that folder (in a copy of ``--lucid-dir`` at ``OUT/lucid-sim``, logs in
 ``OUT/lucid``), and
 our simulator replays the same file in ``partitioned`` mode with exact runtimes
-(``runtime_jitter`` 0, as Lucid's). The per-VC table goes to ``OUT/fidelity.md`` and
+(``runtime_jitter`` 0, as Lucid's) and the node choice ``--placement`` (``best_fit`` is
+Lucid's rule). The per-VC table goes to ``OUT/fidelity.md`` and
 ``OUT/fidelity.json``.
 """
 
@@ -43,6 +44,7 @@ from optsched.sim.fidelity import (
     vc_metrics,
 )
 from optsched.sim.paths import default_traces_dir
+from optsched.sim.policies import PLACEMENTS
 from optsched.sim.runner import RunSpec, run_one
 from optsched.sim.trace import load_trace, read_vc_config
 
@@ -71,6 +73,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                     help="seconds Lucid's simulator may run per policy (default 3600)")
     ap.add_argument("--skip-lucid", action="store_true",
                     help="reuse Lucid's logs already in OUT/lucid")
+    ap.add_argument("--placement", default="buddy", choices=PLACEMENTS,
+                    help="our baselines' node choice: buddy (the default, the engine's rule) "
+                    "or best_fit (Lucid's ConsolidatePlacement)")
     a = ap.parse_args(argv)
     if not (a.lucid_dir / "simulator.py").is_file():
         fail("--lucid-dir", f"'{a.lucid_dir}' has no simulator.py")
@@ -151,16 +156,18 @@ def main(argv: list[str] | None = None) -> int:
     tr = load_trace(trace_dir / "cluster_full_log.csv", vc_config=trace_dir / "vc_config.csv",
                     estimates=_estimates(a))
     work = out / "lucid-sim" if a.skip_lucid else lucid_workdir(a, out)
-    result: dict[str, Any] = {"trace": a.trace.name, "jobs": n, "policies": {}}
+    result: dict[str, Any] = {"trace": a.trace.name, "jobs": n, "placement": a.placement,
+                              "policies": {}}
     md = [f"Input: the first {n:,} jobs of `{a.trace.name}`; window = first to last "
-          "submission.", ""]
+          f"submission; our placement: {a.placement}.", ""]
     for pol in a.policy_list:
         lucid_s = math.nan
         if not a.skip_lucid:
             lucid_s = run_lucid(a, work, trace_dir, lucid_log, pol)
         theirs = read_lucid_logs(lucid_log / "Venus_Sept", vc_gpus, pol)
         spec = RunSpec(trace=str(trace_dir / "cluster_full_log.csv"), policy=pol, seed=0,
-                       config=SimConfig(mode="partitioned", runtime_jitter=0.0))
+                       config=SimConfig(mode="partitioned", runtime_jitter=0.0),
+                       policy_options={"placement": a.placement})
         res: dict[str, Any] = {"lucid_seconds": lucid_s}
         m_t = vc_metrics(theirs, vc_gpus)
         for variant in ("cluster", "per_vc"):

@@ -210,6 +210,12 @@ class NodePool:
         """Node indices whole-GPU pieces go to first when one holds them (the nodes a plan's
         stops free: its starts take those GPUs before others, so no stop leaves GPUs idle that
         a start of the plan took elsewhere)."""
+        self.best_fit = False
+        """Lucid's ``ConsolidatePlacement`` instead of the buddy rule (an option of the
+        simulator's baselines, for replaying Lucid's setting): the piece of a job of one node
+        goes to the node with the fewest free GPUs that holds it, each piece of a job of several
+        nodes to the node with the most free GPUs (whole nodes, then the rest on the freest node
+        left); ties in snapshot order."""
 
     @classmethod
     def of(
@@ -331,32 +337,37 @@ class NodePool:
 
     # ---------------------------------------------------------------- the rule
     def _best(
-        self, t: str, p: int, shape: Shape, skip: set[int], inside: tuple[int, tuple[str, ...]] | None
+        self, t: str, p: int, shape: Shape, skip: set[int], inside: tuple[int, tuple[str, ...]] | None,
+        most_free: bool = False,
     ) -> _Node | None:
         """The node a piece of ``p`` whole GPUs goes to (see the class docstring): one of
-        :attr:`prefer` when one holds it, else any."""
+        :attr:`prefer` when one holds it, else any (``most_free``: the freest node first, see
+        :attr:`best_fit`)."""
         if self.prefer:
-            node = self._best_of(t, p, shape, skip, inside, self.prefer)
+            node = self._best_of(t, p, shape, skip, inside, self.prefer, most_free)
             if node is not None:
                 return node
         if self.avoid:
-            node = self._best_of(t, p, shape, skip | self.avoid, inside, None)
+            node = self._best_of(t, p, shape, skip | self.avoid, inside, None, most_free)
             if node is not None:
                 return node
-        return self._best_of(t, p, shape, skip, inside, None)
+        return self._best_of(t, p, shape, skip, inside, None, most_free)
 
     def _best_of(
         self, t: str, p: int, shape: Shape, skip: set[int], inside: tuple[int, tuple[str, ...]] | None,
-        among: set[int] | None,
+        among: set[int] | None, most_free: bool = False,
     ) -> _Node | None:
         buckets = self.buckets[t]
         table = self.frag[t]
-        order = sorted(
-            (table[c][p] if c < len(table) and p < len(table[c]) else 0, c)
-            for c, ids in buckets.items()
-            if c >= p and ids
-        )
-        for _, c in order:
+        if self.best_fit:  # free count only: fewest first, or most first for most_free
+            counts = sorted((c for c, ids in buckets.items() if c >= p and ids), reverse=most_free)
+        else:
+            counts = [c for _, c in sorted(
+                (table[c][p] if c < len(table) and p < len(table[c]) else 0, c)
+                for c, ids in buckets.items()
+                if c >= p and ids
+            )]
+        for c in counts:
             for i in buckets[c]:
                 if i in skip or (among is not None and i not in among):
                     continue
@@ -374,7 +385,7 @@ class NodePool:
         out: list[tuple[_Node, list[GpuRef]]] = []
         used: set[int] = set()
         for p in shape.pieces:
-            node = self._best(t, p, shape, used, inside)
+            node = self._best(t, p, shape, used, inside, self.best_fit and len(shape.pieces) > 1)
             if node is None:
                 for _, refs in out:
                     self.release(refs, shape)

@@ -89,7 +89,9 @@ def idle_when_nothing_fits(policy: Any) -> str | None:
     when no job that could start fits the free GPUs of a type it may use (inside its tenant's
     quota where the tenant may not borrow), its decision starts nothing and changes nothing.
     ``"any"``: every pending job could start (backfill); ``"head"``: only the first pending
-    job by ``(submit_s, id)`` (strict FIFO: it blocks the rest); ``None``: no such promise."""
+    job by ``(submit_s, id)`` of each queue (strict FIFO: it blocks the rest of its queue; one
+    queue for the cluster, or one per tenant when tenants may not borrow, ``partitioned``: see
+    :func:`optsched.sim.policies.fifo_queue`); ``None``: no such promise."""
     value = getattr(policy, "idle_when_nothing_fits", None)
     if value not in (None, "any", "head"):
         raise ValueError(f"idle_when_nothing_fits must be 'any', 'head' or None, not {value!r}")
@@ -435,8 +437,9 @@ class Simulator:
         self._pending_fit: dict[tuple[str, tuple[str, ...], int], int] = defaultdict(int)
         """How many pending jobs have each ``_fit_key`` (see :meth:`_could_start`)."""
         self._skip_idle = idle_when_nothing_fits(policy) if on_decision is None else None
-        self._fifo: list[tuple[float, str, int]] = []
-        """(submit_s, id, index) of pending jobs, a heap; entries of jobs no longer pending
+        self._fifo: dict[str, list[tuple[float, str, int]]] = defaultdict(list)
+        """Per queue (the tenant when tenants may not borrow, else ``""``: one queue), the
+        (submit_s, id, index) of its pending jobs, a heap; entries of jobs no longer pending
         are dropped when they reach the top."""
         self._use_version = 0
         """Bumped whenever a job starts, stops or resizes (the loans in force may change)."""
@@ -602,7 +605,8 @@ class Simulator:
         self.pending[sj.i] = sj
         self._pending_fit[self._fit_key[sj.i]] += 1
         if self._skip_idle == "head":
-            heapq.heappush(self._fifo, (sj.spec.submit_s, sj.id, sj.i))
+            queue = sj.tenant if self._no_borrow else ""
+            heapq.heappush(self._fifo[queue], (sj.spec.submit_s, sj.id, sj.i))
 
     def _del_pending(self, sj: _SimJob) -> None:
         del self.pending[sj.i]
@@ -616,7 +620,7 @@ class Simulator:
         many GPUs not held by a running job as it needs, inside its tenant's quota of that type
         when tenants may not borrow (``partitioned``). A necessary condition of any start of an
         :func:`idle_when_nothing_fits` policy, checked per distinct (tenant, types, GPUs) of
-        the queue, not per job (only the first job's, for ``"head"``)."""
+        the queue, not per job (only the first job's of each queue, for ``"head"``)."""
         held: dict[str, int] = defaultdict(int)
         node_type = self.node_type
         for n, _ in self.owner:
@@ -625,10 +629,15 @@ class Simulator:
         own, quota = self.own_use, self.quota
         keys: Iterable[tuple[str, tuple[str, ...], int]] = self._pending_fit
         if self._skip_idle == "head":
-            fifo = self._fifo
-            while fifo[0][2] not in self.pending:
-                heapq.heappop(fifo)
-            keys = (self._fit_key[fifo[0][2]],)
+            heads = []
+            for queue, fifo in list(self._fifo.items()):
+                while fifo and fifo[0][2] not in self.pending:
+                    heapq.heappop(fifo)
+                if fifo:
+                    heads.append(self._fit_key[fifo[0][2]])
+                else:
+                    del self._fifo[queue]
+            keys = heads
         for ten, types, need in keys:
             for t in types:
                 if free.get(t, 0) < need:

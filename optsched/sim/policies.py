@@ -4,9 +4,11 @@
 =================  ====================================================================  =====================
 name               what it does                                                           follows
 =================  ====================================================================  =====================
-``fifo``           strict FIFO over the pooled cluster: jobs start in submission order;   the classic baseline
-                   the first job that does not fit blocks the rest (no backfill); use
-                   above quota borrows idle quota (loans declared), never reclaimed
+``fifo``           strict FIFO: jobs start in submission order; the first job that does   the classic baseline
+                   not fit blocks the rest of its queue (no backfill): one queue over
+                   the pooled cluster, one per tenant whose quota is a hard partition
+                   (:func:`fifo_queue`); use above quota borrows idle quota (loans
+                   declared), never reclaimed
 ``sjf``            shortest *estimated* runtime first (the snapshot's ``runtime_s``,      SJF on estimates
                    else the user's history mean, else 4 h), with backfill; pooled
 ``qssf``           quasi-shortest-service-first: smallest estimated GPU-time              Helios (SC'21)
@@ -23,7 +25,8 @@ name               what it does                                                 
 ``lucid``          priority = estimated runtime × GPUs; packs a job (≤ 8 GPUs) first on   Lucid (ASPLOS'23)
                    a running job of the same GPU count whose measured share score adds
                    to at most 2 with its own and whose memory fits; packing off under
-                   low recent arrival rate (then strict priority, blocking); no preemption
+                   low recent arrival rate (then strict priority, blocking per queue as
+                   ``fifo``); no preemption
 ``antman``         guaranteed jobs on quota (FIFO), preempting opportunistic work to get  AntMan (OSDI'20)
                    it; opportunistic jobs on idle GPUs, squeezed in as MPS guests when
                    none are left
@@ -81,13 +84,14 @@ class DecisionBuilder:
     others (largest idle first, ties by id), within ``borrow_limit`` and ``lend_limit``.
     """
 
-    def __init__(self, state: ClusterState) -> None:
+    def __init__(self, state: ClusterState, *, placement: str = "buddy") -> None:
         self.state = state
         snap = state.snapshot
         self.now = snap.now
         self.types = state.type_names
         # the engine's one placement rule: node shape, host CPU and memory, topology, shares
         self.pool = NodePool.of(state)
+        self.pool.best_fit = placement_best_fit(placement)
         self.node_gpus: dict[str, int] = {node.id: node.gpus for node in snap.nodes}
         self._victims: dict[str, list[Job]] | None = None
         self.use: dict[tuple[str, str], int] = defaultdict(int)
@@ -333,31 +337,86 @@ def _fifo_key(j: Job) -> tuple[float, str]:
     return (j.submit_s, j.id)
 
 
+PLACEMENTS = ("buddy", "best_fit")
+"""Node choice of a baseline's jobs: ``buddy``, the engine's rule (the node whose free chunks
+the piece breaks least, then fewest free GPUs; :class:`NodePool`), or ``best_fit``, Lucid's
+``ConsolidatePlacement`` (a job of one node on the node with the fewest free GPUs that holds
+it, a job of several nodes on the freest nodes; ties in node order; docs/fidelity.md, rule 2)."""
+
+
+def placement_best_fit(placement: str) -> bool:
+    """Whether ``placement`` (one of :data:`PLACEMENTS`) is ``best_fit``."""
+    if placement not in PLACEMENTS:
+        raise ValueError(f"unknown placement '{placement}' ({', '.join(PLACEMENTS)})")
+    return placement == "best_fit"
+
+
+def fifo_queue(state: ClusterState, tenant: str) -> str | None:
+    """The queue a blocked head blocks, for the policies that block (FIFO, and Lucid-like with
+    packing off): ``tenant`` when its quota is a hard partition (``borrow_limit`` 0 on every
+    GPU type: it can only ever start inside its own quota, as a virtual cluster of Lucid's
+    simulator or of Venus' Slurm, each with its own queue), else ``None``, the one queue that
+    every tenant that may borrow shares (the pooled cluster)."""
+    if all(state.borrow_limit(tenant, t) == 0 for t in state.type_names):
+        return tenant
+    return None
+
+
+def fill_blocking(b: DecisionBuilder, order: list[Job]) -> None:
+    """Start the jobs of ``order`` in that order; the first job of a queue (:func:`fifo_queue`)
+    that does not start blocks the rest of *that* queue, and the others go on. In ``pooled``
+    mode that is the whole cluster's one queue; in ``partitioned`` mode one queue per tenant,
+    so a tenant whose partition is full does not hold back the others (docs/fidelity.md,
+    rule 1)."""
+    queue_of = {ten: fifo_queue(b.state, ten) for ten in b.state.tenant_ids}
+    queues = len(set(queue_of.values()))
+    blocked: set[str | None] = set()
+    for job in order:
+        q = queue_of[job.tenant]
+        if q in blocked:
+            continue
+        if not b.start(job):
+            blocked.add(q)
+            if len(blocked) == queues:
+                break
+
+
 class _Heuristic:
     name = "heuristic"
     backfill = True
+    placement = "buddy"
+    """See :data:`PLACEMENTS`."""
 
     def order(self, pending: list[Job], snapshot: Snapshot) -> list[Job]:
         return sorted(pending, key=_fifo_key)
 
     def decide(self, snapshot: Snapshot, state: ClusterState) -> Decision:
         t0 = time.perf_counter()
-        b = DecisionBuilder(state)
+        b = DecisionBuilder(state, placement=self.placement)
         order = self.order(state.pending(), snapshot)
         self.fill(b, order)
         return b.decision(self.name, order, time.perf_counter() - t0)
 
     def fill(self, b: DecisionBuilder, order: list[Job]) -> None:
+        if not self.backfill:
+            fill_blocking(b, order)
+            return
         for job in order:
-            if not b.start(job) and not self.backfill:
-                break
+            b.start(job)
 
 
 class FifoPolicy(_Heuristic):
+    """Strict FIFO, no backfill: the first job of a queue that does not fit blocks the rest of
+    its queue (:func:`fill_blocking`)."""
+
     name = "fifo"
     backfill = False
     idle_when_nothing_fits = "head"  # see optsched.sim.cluster.idle_when_nothing_fits
     clock_free = True  # see optsched.sim.cluster.clock_free
+
+    def __init__(self, *, placement: str = "buddy") -> None:
+        placement_best_fit(placement)
+        self.placement = placement
 
 
 class SjfPolicy(_Heuristic):
@@ -488,7 +547,9 @@ class LucidPolicy(_Heuristic):
       throughput predictor expects at most ``low_load_jobs`` GPU jobs per 10-minute bin over
       the next five bins; this policy has no look into the future and uses the arrivals of
       the last five bins instead (jobs it has seen submitted). With packing off, the queue is
-      strict priority order: the first job that does not fit blocks the rest, as in Lucid.
+      strict priority order: the first job that does not fit blocks the rest of its queue
+      (:func:`fill_blocking`: each tenant's own queue in partitioned mode, as Lucid runs one
+      policy per virtual cluster; the whole cluster's when pooled).
 
     Never preempts; pooled like the other heuristics (``borrow_limit`` 0 in partitioned mode
     keeps every tenant inside its quota).
@@ -498,7 +559,9 @@ class LucidPolicy(_Heuristic):
 
     def __init__(self, max_label_sum: int = 2, interference: Interference | None = None,
                  *, max_pack_gpus: int = 8, low_load_jobs: float = 2.0,
-                 bin_s: float = 600.0, bins: int = 5) -> None:
+                 bin_s: float = 600.0, bins: int = 5, placement: str = "buddy") -> None:
+        placement_best_fit(placement)
+        self.placement = placement
         self.max_label_sum = max_label_sum
         self.max_pack_gpus = max_pack_gpus
         self.low_load_jobs = low_load_jobs
@@ -538,14 +601,12 @@ class LucidPolicy(_Heuristic):
 
     def decide(self, snapshot: Snapshot, state: ClusterState) -> Decision:
         t0 = time.perf_counter()
-        b = DecisionBuilder(state)
+        b = DecisionBuilder(state, placement=self.placement)
         order = self.order(state.pending(), snapshot)
         if self.packing_on(snapshot):
             self.fill(b, order)
         else:
-            for job in order:
-                if not b.start(job):
-                    break
+            fill_blocking(b, order)
         return b.decision(self.name, order, time.perf_counter() - t0)
 
     def fill(self, b: DecisionBuilder, order: list[Job]) -> None:
@@ -747,16 +808,23 @@ class OptschedPolicy:
 
 def make_policy(name: str, *, seed: int = 0, truth: GroundTruth | None = None,
                 options: dict[str, Any] | None = None) -> Policy:
-    """A fresh policy by name (policies may keep state across epochs of one run)."""
+    """A fresh policy by name (policies may keep state across epochs of one run). ``options``
+    are the policy's keyword arguments: optsched's (:class:`OptschedPolicy`), or ``placement``
+    for ``fifo`` and ``lucid`` (:data:`PLACEMENTS`)."""
     opts = dict(options or {})
+    if opts and name not in ("optsched", "fifo", "lucid"):
+        raise ValueError(f"policy '{name}' takes no options (given: {', '.join(sorted(opts))})")
+    if name in ("fifo", "lucid") and set(opts) - {"placement"}:
+        raise ValueError(f"policy '{name}' takes only the option 'placement' "
+                         f"(given: {', '.join(sorted(opts))})")
     factories: dict[str, Callable[[], Policy]] = {
-        "fifo": FifoPolicy,
+        "fifo": lambda: FifoPolicy(**opts),
         "sjf": SjfPolicy,
         "qssf": QssfPolicy,
         "tiresias": TiresiasPolicy,
         "kueue": KueuePolicy,
         "gandiva": GandivaPolicy,
-        "lucid": lambda: LucidPolicy(interference=truth.interference if truth else None),
+        "lucid": lambda: LucidPolicy(interference=truth.interference if truth else None, **opts),
         "antman": AntManPolicy,
         "optsched": lambda: OptschedPolicy(seed=seed, truth=truth, **opts),
     }

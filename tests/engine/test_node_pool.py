@@ -135,6 +135,40 @@ def test_single_piece_follows_the_buddy_rule() -> None:
     assert got is not None and {r.node for r in got} == {"n5"}
 
 
+def test_best_fit_takes_the_fewest_free_gpus_then_node_order() -> None:
+    """``best_fit`` (Lucid's ConsolidatePlacement): the 2-GPU piece of the buddy-rule case goes
+    to the node with 5 free, the tightest fit; among equally free nodes the first in order."""
+    s = cluster(nodes={"n5": ("A100", 8), "n6": ("A100", 8), "m5": ("A100", 8)},
+                tenants={"a": {"A100": 24}})
+    s["jobs"] = [
+        running("x", "a", [("n5", g) for g in range(3)], start_s=1.0),
+        running("y", "a", [("n6", g) for g in range(2)], start_s=1.0),
+        running("z", "a", [("m5", g) for g in range(3)], start_s=1.0),
+    ]
+    pool = NodePool.of(load_state(s))
+    pool.best_fit = True
+    got = pool.place("A100", Shape(2, (2,)))
+    assert got is not None and {r.node for r in got} == {"n5"}
+    got = pool.place("A100", Shape(4, (4,)))  # n5 has 3 now: m5 (5 free) before n6 (6)
+    assert got is not None and {r.node for r in got} == {"m5"}
+    got = pool.place("A100", Shape(6, (6,)))
+    assert got is not None and {r.node for r in got} == {"n6"}
+
+
+def test_best_fit_puts_the_rest_of_a_multi_node_job_on_the_freest_node_left() -> None:
+    """Lucid's rule for more than one node: whole nodes first, then the rest on the node with the
+    most free GPUs left (here a whole free node, not the 5-free node the buddy rule takes)."""
+    s = cluster(nodes={f"n{k}": ("A100", 8) for k in range(4)}, tenants={"a": {"A100": 32}})
+    s["jobs"] = [running("x", "a", [("n0", g) for g in range(3)], start_s=1.0),
+                 running("y", "a", [("n3", 0)], start_s=1.0)]
+    for best_fit, rest in ((False, "n0"), (True, "n2")):
+        pool = NodePool.of(load_state(s))
+        pool.best_fit = best_fit
+        got = pool.place("A100", Shape(12, (8, 4)))
+        assert got is not None
+        assert [r.node for r in got] == ["n1"] * 8 + [rest] * 4
+
+
 def test_cpu_and_memory_keep_pieces_off_a_node() -> None:
     s = cluster(nodes={"n0": ("A100", 8), "n1": ("A100", 8)}, tenants={"a": {"A100": 16}})
     s["nodes"][0].update(cpu_milli=4000, memory_mib=1000)
