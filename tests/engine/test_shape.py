@@ -212,7 +212,8 @@ def test_starts_the_nodes_cannot_hold_leave_no_best_effort_stop_unpaid() -> None
 
     state = load_state(generate("medium", 2, shapes=True))
     work = Budget(1.0, len(state.snapshot.jobs)).solver_work_s  # the default call's work
-    d = optsched.solve_epoch(state, params=SolveParams(time_limit_s=60, work_s=work), predictor=default_predictor())
+    params = SolveParams(time_limit_s=60, work_s=work)
+    d = optsched.solve_epoch(state, params=params, predictor=default_predictor())
     assert check_decision(state, d) == []
     assert d.status == "feasible" and d.solver.fallback_reason is None, d.solver.fallback_reason
     assert any(n.startswith("node shape: ") for n in d.solver.notes)  # starts did leave the plan

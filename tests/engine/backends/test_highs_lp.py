@@ -175,7 +175,8 @@ def test_a_rins_neighbourhood_too_large_for_the_work_left_is_cut_not_skipped() -
     kept = [k for k in decisions if k not in set(cut)]
     assert kept and max(abs(lp[k] - x[k]) for k in newly) <= min(abs(lp[k] - x[k]) for k in kept)
     work = 0.7 * free / RINS_FREE_PER_WORK_S  # the LP and 70% of the neighbourhood
-    out = get_backend("highs").solve(p, SolveParams(time_limit_s=60, work_s=work, extra={"mode": "lp"}), greedy)
+    params = SolveParams(time_limit_s=60, work_s=work, extra={"mode": "lp"})
+    out = get_backend("highs").solve(p, params, greedy)
     assert out.objective is not None and out.bound is not None
     assert "to fit the work left" in out.detail
     assert out.objective > greedy.objective(p) + 1.0
