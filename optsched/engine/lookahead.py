@@ -13,6 +13,14 @@ lets jobs predicted to end by ``T`` (and the gang itself) use the held GPUs. Pen
 split into classes by whether they may backfill (``groups``), so the solver and the fill pass
 see them apart.
 
+**In node shape** (a gang of pieces on nodes: the default shape) the reservation is for nodes:
+``T`` is when enough nodes are predicted to hold its pieces (per node, its free GPUs and the
+predicted ends of the jobs on it; the nodes that hold them first), and each of those nodes holds
+its free GPUs the piece still needs at ``T`` (``Reservation.nodes``). :func:`limited` then also
+takes those GPUs out of the model's node rows (``EpochProblem.held_gpus``); the starts allowed on
+them are placed there after every other start. The event path keeps the same GPUs off
+(:func:`optsched.engine.admit.decide_event`).
+
 **After the solve** (:func:`annotate`). The queued jobs are placed in time slots ``now + k *
 epoch_s`` (``k = 1 .. lookahead_epochs``) on a per-type capacity profile: running and started
 jobs leave at their predicted ends, reserved gangs take their GPUs at ``T``. The placement
