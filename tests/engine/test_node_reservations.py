@@ -158,3 +158,19 @@ def test_a_gang_that_fits_free_gpus_but_not_whole_nodes_gets_a_reservation() -> 
     assert d.reservations == [
         Reservation(job="gang8", gpu_type="A100", gpus=8, start_s=NOW + 600, held=0, nodes={})
     ]
+
+
+def test_same_snapshot_same_decision_with_held_nodes() -> None:
+    def strip(d: Decision) -> dict[str, Any]:
+        out = d.model_dump(mode="json")
+        out["solver"].pop("seconds")
+        out["solver"].pop("stage_seconds")
+        return out
+
+    jobs = (
+        pending("long", "a", 4, submit_s=4000.0, runtime_s=7200.0),
+        pending("short", "a", 4, submit_s=5000.0, runtime_s=1000.0),
+    )
+    assert strip(_solve(node_snapshot(*jobs))[1]) == strip(_solve(node_snapshot(*jobs))[1])
+    ev = [strip(decide_event(_state(node_snapshot(*jobs)), predictor=EstimatePredictor())) for _ in range(2)]
+    assert ev[0] == ev[1]
