@@ -36,6 +36,15 @@ What it may do, so that the next epoch's model never has to undo it:
    Without it, a guaranteed job behind its own tenant's best-effort work waited for the next
    epoch (up to ``epoch_s``).
 
+**Reservations.** While a gang of at least ``reserve_min_gpus`` GPUs waits, the event path makes
+the reservations the epoch's look-ahead would (:func:`optsched.engine.lookahead.plan_reservations`,
+with the predictor's runtimes) and keeps the GPUs held on nodes for a gang in its node shape
+off every start that would outlive the gang's planned start: in steps 1 and 2 the other jobs
+start first without them, then the jobs predicted to end before the gang starts, held GPUs
+included; steps 3 and 4 leave them alone. The decision lists those reservations and the
+predictions they came from (the checker verifies them). Without a waiting gang nothing is
+predicted and nothing changes.
+
 Without step 4 it never preempts; with it, nothing else. The decision's ``assurance`` is the previous
 one (the signal moves once per epoch) and ``assurance_state`` counts the guaranteed jobs it
 starts as met or missed without decaying the counts (decay is per epoch, see
