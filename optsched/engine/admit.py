@@ -36,6 +36,15 @@ What it may do, so that the next epoch's model never has to undo it:
    Without it, a guaranteed job behind its own tenant's best-effort work waited for the next
    epoch (up to ``epoch_s``).
 
+**Reservations.** While a gang of at least ``reserve_min_gpus`` GPUs waits, the event path makes
+the reservations the epoch's look-ahead would (:func:`optsched.engine.lookahead.plan_reservations`,
+with the predictor's runtimes) and keeps the GPUs held on nodes for a gang in its node shape
+off every start that would outlive the gang's planned start: in steps 1 and 2 the other jobs
+start first without them, then the jobs predicted to end before the gang starts, held GPUs
+included; steps 3 and 4 leave them alone. The decision lists those reservations and the
+predictions they came from (the checker verifies them). Without a waiting gang nothing is
+predicted and nothing changes.
+
 Without step 4 it never preempts; with it, nothing else. The decision's ``assurance`` is the previous
 one (the signal moves once per epoch) and ``assurance_state`` counts the guaranteed jobs it
 starts as met or missed without decaying the counts (decay is per epoch, see
@@ -57,14 +66,14 @@ from typing import Any
 
 from optsched.engine import assurance as asr
 from optsched.engine.check import check_decision, over_quota_note
-from optsched.engine.ledger import NodePool, derive_loans, kept_over_quota
+from optsched.engine.ledger import NodePool, derive_loans, kept_over_quota, node_records
 from optsched.engine.objective import ObjectiveWeights
 from optsched.engine.rules import cap_starved, starved_types
 from optsched.engine.shape import shape_of
 from optsched.engine.state import ClusterState
 from optsched.errors import OptschedError
-from optsched.predict.base import Predictor
-from optsched.schema.decision import Decision, Preempt, PreemptReason, SolverInfo, Start
+from optsched.predict.base import Predictions, Predictor
+from optsched.schema.decision import Decision, Preempt, PreemptReason, Reservation, SolverInfo, Start
 from optsched.schema.snapshot import GpuRef, Job
 
 __all__ = ["EVENT_BACKEND", "EventPathError", "decide_event", "event_order"]
@@ -418,19 +427,116 @@ def decide_event(state: ClusterState, *, allow_loans: bool = True,
     order = event_order(state.pending())
     # best-effort jobs keep off the types cap-starved tenants' guaranteed jobs wait for
     off = set(starved_types(state, cap_starved(state)))
+    hold = _node_holds(state, predictor)
     led = _EventLedger(state, placer, use, own, signal, kept, off)
-    blocked = _start_in_quota(led, order)
-    if allow_loans:
-        _start_on_loan(led, order, blocked, hold_for_quota)
+    if hold is None:
+        blocked = _start_in_quota(led, order)
+        if allow_loans:
+            _start_on_loan(led, order, blocked, hold_for_quota)
+    else:
+        _start_with_holds(led, order, hold, allow_loans, hold_for_quota)
     if predictor is not None:
         _start_guests(led, order, predictor, weights)
+    held = _take_held(placer, hold.refs) if hold is not None else []
     if preempt_own and _preempt_own(led, order):
         # a victim stopped for quota room leaves its GPUs free: jobs inside their quota take them
         _start_in_quota(led, [j for j in order if j.id not in led.started])
+    placer.release(held)
     decision = _event_decision(led, order)
+    if hold is not None:
+        from optsched.engine.decode import _predictions
+
+        decision.reservations = hold.holds
+        decision.predictions = _predictions(hold.predictions)
+        decision.solver.notes.append(
+            f"event path: {sum(h.held for h in hold.holds)} GPU(s) on "
+            f"{sum(len(h.nodes or {}) for h in hold.holds)} node(s) held for {len(hold.holds)} reservation(s)"
+        )
     _check(state, decision)
     decision.solver.seconds = round(time.perf_counter() - t0, 6)
     return decision
+
+
+@dataclass(frozen=True)
+class _Holds:
+    """The look-ahead's reservations of gangs in their node shape, as the event path keeps them."""
+
+    holds: list[Reservation]
+    groups: dict[str, str]
+    """Pending job id -> the reserved types whose held GPUs it may use (see
+    :class:`optsched.engine.lookahead.Reservations`)."""
+    predictions: Predictions
+    refs: list[GpuRef]
+    """The held GPUs: on each held node its highest free indices, as the epoch's model holds
+    them (:func:`optsched.engine.lookahead.limited`)."""
+
+
+def _node_holds(state: ClusterState, predictor: Predictor | None) -> _Holds | None:
+    """The reservations the epoch's look-ahead would make now for gangs in their node shape
+    (:func:`optsched.engine.lookahead.plan_reservations`), so that a start between epochs never
+    takes the nodes a waiting gang is promised; None when there are none. Predictions are made
+    only when a pending job is large enough to get a reservation."""
+    from optsched.engine.lookahead import LookaheadParams, plan_reservations
+
+    lp = LookaheadParams.of(state.snapshot)
+    if not lp.enabled or not any(j.gpus >= lp.reserve_min_gpus for j in state.pending()):
+        return None
+    if predictor is None:
+        from optsched.engine.epoch import default_predictor
+
+        predictor = default_predictor()
+    predictions = predictor.predict_jobs(state)
+    res = plan_reservations(state, predictions, lp)
+    holds = [h for h in res.holds if h.nodes is not None]
+    if not holds:
+        return None
+    free = {rec.id: rec.free for rec in node_records(state)}
+    refs: list[GpuRef] = []
+    for h in holds:
+        for nid, k in (h.nodes or {}).items():
+            gpus = free.get(nid, ())
+            refs += [GpuRef.model_construct(node=nid, gpu=g) for g in gpus[len(gpus) - min(k, len(gpus)) :]]
+    return _Holds(holds, res.groups, predictions, refs)
+
+
+def _take_held(placer: NodePool, refs: list[GpuRef]) -> list[GpuRef]:
+    """Take the held GPUs still free out of ``placer``; return them (to give back)."""
+    free = [r for r in refs if placer.all_free([r])]
+    placer.take(free)
+    return free
+
+
+def _may_use_holds(state: ClusterState, job: Job, hold: _Holds) -> bool:
+    """Whether ``job`` may start on held GPUs: it allows a reserved type and is predicted to end
+    before the reservation of every reserved type it allows starts (or is the gang)."""
+    mine = set(hold.groups.get(job.id, "").split(","))
+    reserved = [h.gpu_type for h in hold.holds if h.gpu_type in state.allowed_types(job)]
+    return bool(reserved) and all(t in mine for t in reserved)
+
+
+def _start_with_holds(
+    led: _EventLedger, order: list[Job], hold: _Holds, allow_loans: bool, hold_for_quota: bool
+) -> None:
+    """Steps 1 and 2 with GPUs held for reservations: in each step the jobs that may not use
+    them start first, on the other GPUs, then the jobs that may (predicted to end before the
+    gang starts), on what is left, held GPUs included; each in the event order."""
+    placer = led.placer
+    may = [j for j in order if _may_use_holds(led.state, j, hold)]
+    other = [j for j in order if not _may_use_holds(led.state, j, hold)]
+    held_nodes = {placer.by_id[r.node].index for r in hold.refs if r.node in placer.by_id}
+    held = _take_held(placer, hold.refs)
+    blocked = _start_in_quota(led, other)
+    placer.release(held)
+    placer.prefer = held_nodes  # the held GPUs first: the others stay free for the loans
+    blocked |= _start_in_quota(led, may)
+    placer.prefer = set()
+    if allow_loans:
+        held = _take_held(placer, hold.refs)
+        _start_on_loan(led, other, blocked, hold_for_quota)
+        placer.release(held)
+        placer.prefer = held_nodes
+        _start_on_loan(led, may, blocked, hold_for_quota)
+        placer.prefer = set()
 
 
 MAX_HOSTS_SCANNED = 16

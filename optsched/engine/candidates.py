@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from optsched.engine import assurance as asr
 from optsched.engine import elastic
@@ -688,20 +688,27 @@ def _placement(
     for cls in classes:
         for t, sh in zip(cls.types, cls.shapes, strict=True):
             shapes_on[t].append((sh, len(cls.jobs)))
-    movable_items: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    for r, item in enumerate(running):
-        if item.guest or not (item.candidate or item.shrink_steps):
-            continue
-        for n, g in item.nodes:
-            movable_items[n].append((r, g))
+    movable_items = movable_holders(running)
     out: list[TypePlacement | None] = []
     for t, tname in enumerate(sc.types):
         shapes = shapes_on[t]
         if not any(_needs_nodes(sh) for sh, _ in shapes) or sc.capacity[t] == 0:
             out.append(None)
             continue
-        out.append(_type_placement(sc, t, tname, shapes, movable_items, records, share_free[t]))
+        out.append(type_placement(state, tname, shapes, movable_items, records, share_free[t]))
     return tuple(out), tuple(shared)
+
+
+def movable_holders(running: Sequence[RunningItem]) -> dict[int, list[tuple[int, int]]]:
+    """Node index -> (running item, GPUs it holds there) of the items that may free GPUs on it:
+    preemption candidates and elastic jobs that may shrink (MPS guests hold none)."""
+    out: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for r, item in enumerate(running):
+        if item.guest or not (item.candidate or item.shrink_steps):
+            continue
+        for n, g in item.nodes:
+            out[n].append((r, g))
+    return out
 
 
 def _needs_nodes(sh: Shape) -> bool:
@@ -712,18 +719,17 @@ def _needs_nodes(sh: Shape) -> bool:
     )
 
 
-def _type_placement(
-    sc: _Scope,
-    t: int,
+def type_placement(
+    state: ClusterState,
     tname: str,
     shapes: list[tuple[Shape, int]],
     movable_items: dict[int, list[tuple[int, int]]],
     records: tuple[NodeRecord, ...],
     share_free: int,
 ) -> TypePlacement:
-    """:class:`TypePlacement` of type ``t`` for the waiting jobs' ``shapes`` (with their member
-    counts)."""
-    state = sc.state
+    """:class:`TypePlacement` of type ``tname`` for the waiting jobs' ``shapes`` (with their
+    member counts), on the nodes of ``records`` (the look-ahead's reservations call it again
+    with the held GPUs taken out, :func:`optsched.engine.lookahead.limited`)."""
     levels = levels_for(state.largest_node[tname])
     top = len(levels) - 1
     whole = [sh for sh, _ in shapes if not sh.spread and not sh.fractional]

@@ -61,7 +61,7 @@ from __future__ import annotations
 
 import functools
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 from optsched.engine.quota_tree import group_flows
@@ -73,7 +73,7 @@ from optsched.engine.workflows.check import (
     effective_state,
     lent_devices,
 )
-from optsched.schema.decision import Decision, PreemptReason, ResizeReason
+from optsched.schema.decision import Decision, PreemptReason, Reservation, ResizeReason
 from optsched.schema.limits import MILLI_PER_GPU
 from optsched.schema.snapshot import GpuRef, Job
 
@@ -544,11 +544,19 @@ def check_node_shape(state: ClusterState, decision: Decision, after: _After) -> 
     return out
 
 
-def _fits_alone(state: ClusterState, after: _After, job: Job, gpu_type: str, gpus: int) -> bool:
+def _fits_alone(
+    state: ClusterState,
+    after: _After,
+    job: Job,
+    gpu_type: str,
+    gpus: int,
+    held: Mapping[str, int] | None = None,
+) -> bool:
     """Whether the free GPUs, CPUs and host memory after the decision hold ``job`` (at ``gpus``
-    GPUs) in its shape on available nodes of ``gpu_type`` (invariant 8's test)."""
+    GPUs) in its shape on available nodes of ``gpu_type`` (invariant 8's test); ``held``: whole
+    GPUs per node that it may not use (held for a reservation)."""
     nodes = [
-        (n, free, share)
+        (n, max(0, free - held.get(n, 0)) if held else free, share)
         for n, free, share in after.free_nodes.get(gpu_type, ())
         if _host_fits(job, after.host_left[n])
     ]
@@ -1288,6 +1296,9 @@ def check_reservations(state: ClusterState, decision: Decision, after: _After) -
             out.append(Violation(8, f"{where}: {r.gpus} GPUs, but the job's gang is {job.gpus}", (r.job,)))
         if r.start_s <= now:
             out.append(Violation(8, f"{where}: start {r.start_s:g} is not after now ({now:g})", (r.job,)))
+        if r.nodes is not None:
+            out += _check_node_hold(state, decision, after, r, where)
+            continue
         released = 0
         for jid, t in after.types.items():
             if t != r.gpu_type or jid in after.guests or jid in after.started:
@@ -1320,6 +1331,92 @@ def check_reservations(state: ClusterState, decision: Decision, after: _After) -
                     8,
                     f"{where}: {r.held} '{r.gpu_type}' GPUs are held for it, but only {free[r.gpu_type]} "
                     f"stay free and starts predicted to end by {r.start_s:g} use {short}",
+                    (r.job,),
+                )
+            )
+    return out
+
+
+def _node_ends(
+    state: ClusterState, decision: Decision, after: _After, nodes: Collection[str], at: float
+) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
+    """Per node of ``nodes``, after the decision: its whole GPUs free, the GPUs of its kept
+    running jobs and those of its started jobs predicted to end by ``at`` (a GPU counted once,
+    for the job that holds it first; a job without a prediction never ends)."""
+    free: dict[str, int] = defaultdict(int)
+    kept: dict[str, int] = defaultdict(int)
+    short: dict[str, int] = defaultdict(int)
+    ends: dict[tuple[str, bool], float | None] = {}
+    for n in nodes:
+        if n not in state.node_index:
+            continue
+        node = state.snapshot.nodes[state.node_index[n]]
+        for g in range(node.gpus):
+            key = (n, g)
+            if after.free_share.get(key, 0) >= MILLI_PER_GPU:
+                free[n] += 1
+                continue
+            ids = after.holders.get(key)
+            if not ids:
+                continue
+            jid = ids[0]
+            started = jid in after.started
+            if (jid, started) not in ends:
+                ends[(jid, started)] = _predicted_end(state, decision, jid, started)
+            end = ends[(jid, started)]
+            if end is not None and end <= at:
+                (short if started else kept)[n] += 1
+    return free, kept, short
+
+
+def _check_node_hold(
+    state: ClusterState, decision: Decision, after: _After, r: Reservation, where: str
+) -> list[Violation]:
+    """A reservation of a gang in its node shape (``r.nodes``): at most one held node per piece,
+    each an available node of the type holding at most the gang's largest piece less the GPUs
+    of its kept running jobs predicted to end by the start, the holds adding up to ``held``;
+    and on each held node the free GPUs after the decision plus those of starts predicted to
+    end by the start are at least its hold (no start that outlives the reservation uses them)."""
+    out: list[Violation] = []
+    assert r.nodes is not None
+    job = state.job(r.job)
+    pieces = _pieces(state, job, r.gpu_type)
+    if pieces is None:
+        return [Violation(8, f"{where}: holds nodes for a gang that spreads over any GPUs", (r.job,))]
+    if sum(r.nodes.values()) != r.held:
+        total = sum(r.nodes.values())
+        out.append(Violation(8, f"{where}: its nodes hold {total} GPUs, not {r.held}", (r.job,)))
+    if len(r.nodes) > len(pieces):
+        out.append(
+            Violation(8, f"{where}: holds {len(r.nodes)} nodes for a gang of {len(pieces)} pieces", (r.job,))
+        )
+    free, kept, short = _node_ends(state, decision, after, r.nodes, r.start_s)
+    for n, h in sorted(r.nodes.items()):
+        if (
+            n not in state.node_index
+            or state.node_type(n) != r.gpu_type
+            or not state.node_available(n)
+            or h < 1
+        ):
+            out.append(Violation(8, f"{where}: cannot hold {h} GPUs on node '{n}'", (r.job,)))
+            continue
+        most = pieces[0] - kept[n]
+        if h > most:
+            out.append(
+                Violation(
+                    8,
+                    f"{where}: holds {h} GPUs on '{n}', but its largest piece of {pieces[0]} needs at "
+                    f"most {max(0, most)} beyond the {kept[n]} GPUs of running jobs there predicted to "
+                    f"end by {r.start_s:g}",
+                    (r.job,),
+                )
+            )
+        elif free[n] + short[n] < h:
+            out.append(
+                Violation(
+                    8,
+                    f"{where}: {h} GPUs of '{n}' are held for it, but only {free[n]} stay free and "
+                    f"starts predicted to end by {r.start_s:g} use {short[n]}",
                     (r.job,),
                 )
             )
@@ -1407,8 +1504,12 @@ def check_work_conservation(
     cap = state.capacity()  # available nodes only, workflow pool excluded
     free = _free_after(state, after)
     holds: dict[str, list[tuple[str, float, int]]] = defaultdict(list)
+    node_holds: dict[str, list[tuple[str, float, dict[str, int]]]] = defaultdict(list)
     for r in decision.reservations:
-        holds[r.gpu_type].append((r.job, r.start_s, r.held))
+        if r.nodes is not None:
+            node_holds[r.gpu_type].append((r.job, r.start_s, r.nodes))
+        else:
+            holds[r.gpu_type].append((r.job, r.start_s, r.held))
     use = after.use
     _, lent_out = _loan_totals(state, decision)
     reasons = decision.queue_reasons
@@ -1436,12 +1537,19 @@ def check_work_conservation(
                 continue
             if not _fits_alone(state, after, job, t, g):
                 continue  # the free GPUs do not hold it in its shape
-            if holds.get(t):
+            if holds.get(t) or node_holds.get(t):
                 end = _predicted_end(state, decision, job.id, True)
                 if end is not None:
                     held = sum(h for jid, at, h in holds[t] if jid != job.id and at < end)
                     if free[t] - held < g:
                         continue  # the GPUs are reserved for a gang that starts before it ends
+                    on_nodes: dict[str, int] = defaultdict(int)
+                    for jid, at, nodes in node_holds.get(t, ()):
+                        if jid != job.id and at < end:
+                            for n, h in nodes.items():
+                                on_nodes[n] += h
+                    if on_nodes and not _fits_alone(state, after, job, t, g, on_nodes):
+                        continue  # it fits only on nodes held for a gang that starts before it ends
             why = f" (queue reason: {reasons[job.id].value})" if job.id in reasons else ""
             out.append(
                 Violation(

@@ -349,7 +349,7 @@ def _cluster_decision(ep: _Epoch, params: SolveParams, budget: Budget) -> Decisi
     """
     from optsched.engine.lookahead import limited
 
-    problem = limited(ep.problem, ep.reservations)
+    problem = limited(ep.problem, ep.reservations, ep.state)
     hint, greedy_value = _greedy_plan(problem, ep.stage)
     params, auto_reason = _resolve_auto(problem, params, budget.solver_work_s)
     result, fallback_reason = _solve(problem, params, budget, hint, greedy_value, ep.stage, auto_reason)
@@ -617,12 +617,21 @@ def _checked_decision(
     added, fill_notes = _fill_pass(ep, problem, a, held)
     unplaced = 0
     kept = 0
+    refilled = False
     for _ in range(MAX_DECODE_ROUNDS):
         failed = place_plan(problem, a)
         if failed:
             unplaced += len(failed)
             added += unplace(problem, a, failed)
             continue
+        if problem.held_gpus and not refilled:
+            # starts allowed on GPUs held for a reservation were placed there when they could
+            # be: the GPUs the model counted for them are free for the queued jobs
+            refilled = True
+            more = fill(problem, a)
+            if more:
+                added += more
+                continue
         if problem.node_records and _idle_victims(problem, a):
             # a start placed on other nodes than its victims' leaves their GPUs idle: those
             # victims keep running (the plan stays valid; its value only grows)

@@ -13,6 +13,14 @@ lets jobs predicted to end by ``T`` (and the gang itself) use the held GPUs. Pen
 split into classes by whether they may backfill (``groups``), so the solver and the fill pass
 see them apart.
 
+**In node shape** (a gang of pieces on nodes: the default shape) the reservation is for nodes:
+``T`` is when enough nodes are predicted to hold its pieces (per node, its free GPUs and the
+predicted ends of the jobs on it; the nodes that hold them first), and each of those nodes holds
+its free GPUs the piece still needs at ``T`` (``Reservation.nodes``). :func:`limited` then also
+takes those GPUs out of the model's node rows (``EpochProblem.held_gpus``); the starts allowed on
+them are placed there after every other start. The event path keeps the same GPUs off
+(:func:`optsched.engine.admit.decide_event`).
+
 **After the solve** (:func:`annotate`). The queued jobs are placed in time slots ``now + k *
 epoch_s`` (``k = 1 .. lookahead_epochs``) on a per-type capacity profile: running and started
 jobs leave at their predicted ends, reserved gangs take their GPUs at ``T``. The placement
@@ -133,43 +141,155 @@ def _kept_profile(
     return {t: cap[t] - used[t] for t in cap}, ends
 
 
+@dataclass
+class _NodeView:
+    """One available node of a type as a reservation sees it: its free GPUs now and the predicted
+    (end, GPUs there) of the running jobs on it, by end."""
+
+    id: str
+    index: int
+    free: int
+    ends: list[tuple[float, int]]
+
+    def ready(self, piece: int, now: float) -> float | None:
+        """When ``piece`` GPUs are predicted free here (``now`` if they are), None if never."""
+        got = self.free
+        if got >= piece:
+            return now
+        for end, g in self.ends:
+            got += g
+            if got >= piece:
+                return end
+        return None
+
+    def released(self, at: float) -> int:
+        """GPUs here of running jobs predicted to end by ``at``."""
+        return sum(g for end, g in self.ends if end <= at)
+
+
+def _node_views(state: ClusterState, predictions: Predictions) -> dict[str, list[_NodeView]]:
+    """Per type, its available nodes (snapshot order) with their free GPUs now (running jobs
+    that must stop on unavailable nodes excluded) and the predicted ends of the jobs on them. A
+    GPU that holds shares is never counted free (its shares may outlive any prediction)."""
+    from optsched.engine.ledger import node_records
+
+    snap = state.snapshot
+    now = snap.now
+    down = {n.id for n in snap.nodes if not n.available}
+    stopped: set[str] = set()
+    ends: dict[str, list[tuple[float, int]]] = defaultdict(list)
+    for job in state.running():
+        if job.id in state.host_of or job.allocation is None:
+            continue
+        if down and any(r.node in down for r in job.allocation):
+            stopped.add(job.id)
+            continue
+        if job.is_fractional:
+            continue
+        end = now + remaining_s(predictions.jobs[job.id].runtime_s, now, job.start_s)
+        per: dict[str, int] = defaultdict(int)
+        for r in job.allocation:
+            per[r.node] += 1
+        for nid, g in per.items():
+            ends[nid].append((end, g))
+    out: dict[str, list[_NodeView]] = defaultdict(list)
+    for rec in node_records(state, frozenset(stopped)):
+        lst = sorted(ends.get(rec.id, ()))
+        out[rec.type].append(_NodeView(rec.id, rec.index, len(rec.free), lst))
+    return out
+
+
+def _node_start(
+    views: list[_NodeView], pieces: tuple[int, ...], now: float
+) -> tuple[float, dict[str, int]] | None:
+    """The earliest predicted time ``T`` at which free nodes hold ``pieces`` (one node each) and
+    the GPUs to hold per node for them: the largest pieces first, each on the node predicted to
+    free it first (then snapshot order); a node holds its piece less the GPUs of running jobs
+    there predicted to end by ``T``. None when the nodes can never hold them."""
+    used: set[int] = set()
+    chosen: list[tuple[_NodeView, int, float]] = []
+    for p in sorted(set(pieces), reverse=True):
+        k = pieces.count(p)
+        ready = sorted(
+            (r, v.index, v) for v in views if v.index not in used and (r := v.ready(p, now)) is not None
+        )
+        if len(ready) < k:
+            return None
+        for r, _, v in ready[:k]:
+            used.add(v.index)
+            chosen.append((v, p, r))
+    start = max(r for _, _, r in chosen)
+    held: dict[str, int] = {}
+    for v, p, _ in sorted(chosen, key=lambda x: x[0].index):
+        h = max(0, min(v.free, p - v.released(start)))
+        if h:
+            held[v.id] = h
+    return start, held
+
+
 def plan_reservations(state: ClusterState, predictions: Predictions, lp: LookaheadParams) -> Reservations:
-    """Reservations for the longest-waiting large gangs that cannot start now (one per type)."""
+    """Reservations for the longest-waiting large gangs that cannot start now (one per type).
+
+    A gang in its node shape (pieces on nodes) starts when enough nodes are predicted to hold its
+    pieces, and holds GPUs on those nodes (:func:`_node_start`, ``Reservation.nodes``); a gang
+    that spreads counts GPUs per type."""
     if not lp.enabled:
         return Reservations()
+    from optsched.engine.shape import shape_of
+
     now = state.snapshot.now
     cap = state.capacity()
-    free, ends = _kept_profile(state, predictions)
     big = sorted(
         (j for j in state.pending() if j.gpus >= lp.reserve_min_gpus),
         key=lambda j: (j.submit_s, -j.gpus, j.id),
     )
+    if not big:
+        return Reservations()
+    free, ends = _kept_profile(state, predictions)
+    views: dict[str, list[_NodeView]] | None = None
     holds: list[Reservation] = []
     taken: set[str] = set()
     for job in big:
         types = [t for t in state.allowed_types(job) if cap.get(t, 0) >= job.gpus]
-        if not types or any(free[t] >= job.gpus for t in types):
-            continue  # it may start now (or never)
-        best: tuple[float, int, str, int] | None = None
+        if not types:
+            continue  # it may never start
+        plans: list[tuple[float, int, str, int, dict[str, int] | None]] = []
+        now_ok = False
         for k, t in enumerate(types):
-            if t in taken:
+            shape = shape_of(state, job, t)
+            if shape.pieces and not shape.fractional:
+                if views is None:
+                    views = _node_views(state, predictions)
+                got = _node_start(views.get(t, []), shape.pieces, now)
+                if got is None:
+                    continue
+                if got[0] <= now:
+                    now_ok = True
+                    break
+                plans.append((got[0], k, t, sum(got[1].values()), got[1]))
                 continue
-            got = free[t]
+            if free[t] >= job.gpus:
+                now_ok = True
+                break
+            got_gpus = free[t]
             start: float | None = None
             for end, g in ends[t]:
-                got += g
-                if got >= job.gpus:
+                got_gpus += g
+                if got_gpus >= job.gpus:
                     start = end
                     break
             if start is None:
                 continue
             released = sum(g for end, g in ends[t] if end <= start)
-            held = max(0, min(free[t], job.gpus - released))
-            if best is None or (start, k) < best[:2]:
-                best = (start, k, t, held)
+            plans.append((start, k, t, max(0, min(free[t], job.gpus - released)), None))
+        if now_ok:
+            continue  # it may start now
+        best = min((x for x in plans if x[2] not in taken), default=None, key=lambda x: x[:2])
         if best is not None:
-            start, _, t, held = best
-            holds.append(Reservation(job=job.id, gpu_type=t, gpus=job.gpus, start_s=start, held=held))
+            start, _, t, held, nodes = best
+            holds.append(
+                Reservation(job=job.id, gpu_type=t, gpus=job.gpus, start_s=start, held=held, nodes=nodes)
+            )
             taken.add(t)
     groups: dict[str, str] = {}
     if holds:
@@ -188,14 +308,64 @@ def plan_reservations(state: ClusterState, predictions: Predictions, lp: Lookahe
     return Reservations(tuple(holds), groups)
 
 
-def limited(problem: EpochProblem, res: Reservations) -> EpochProblem:
-    """The epoch's problem on the capacity less the GPUs held for reservations."""
+def limited(problem: EpochProblem, res: Reservations, state: ClusterState | None = None) -> EpochProblem:
+    """The epoch's problem on the capacity less the GPUs held for reservations; with ``state``,
+    the GPUs held on nodes (``Reservation.nodes``) are also left out of the model's node rows
+    and of every placement but the starts allowed on them (``EpochProblem.held_gpus``)."""
     held = res.held(problem.types)
     if not any(held):
         return problem
     # never below the kept jobs' GPUs
     cap = tuple(max(c - h, u) for c, h, u in zip(problem.capacity, held, problem.used(), strict=True))
-    return dataclasses.replace(problem, capacity=cap)
+    out = dataclasses.replace(problem, capacity=cap)
+    on_nodes = [h for h in res.holds if h.nodes]
+    if state is None or not on_nodes or not problem.node_records:
+        return out
+    return _hold_nodes(out, on_nodes, res.groups, state)
+
+
+def _hold_nodes(
+    problem: EpochProblem, holds: list[Reservation], groups: dict[str, str], state: ClusterState
+) -> EpochProblem:
+    """``problem`` with the GPUs held on nodes out of the reserved types' node rows: the held
+    GPUs of a node are its highest free indices."""
+    from optsched.engine.candidates import movable_holders, type_placement
+    from optsched.schema.snapshot import GpuRef
+
+    per_node: dict[str, int] = {}
+    for h in holds:
+        assert h.nodes is not None
+        per_node.update(h.nodes)
+    refs: list[GpuRef] = []
+    records = []
+    for rec in problem.node_records:
+        k = per_node.get(rec.id, 0)
+        if k:
+            k = min(k, len(rec.free))
+            refs += [GpuRef.model_construct(node=rec.id, gpu=g) for g in rec.free[len(rec.free) - k :]]
+            rec = dataclasses.replace(rec, free=rec.free[: len(rec.free) - k])
+        records.append(rec)
+    reserved = {problem.types.index(h.gpu_type) for h in holds}
+    placement = list(problem.placement)
+    movable = movable_holders(problem.running)
+    for t in sorted(reserved):
+        tp = problem.placement_of(t)
+        if tp is None:
+            continue
+        shapes = [
+            (sh, len(cls.jobs))
+            for cls in problem.pending
+            for tt, sh in zip(cls.types, cls.shapes, strict=True)
+            if tt == t and cls.shapes
+        ]
+        placement[t] = type_placement(state, problem.types[t], shapes, movable, tuple(records), tp.share_free)
+    ok = frozenset(
+        (c, t)
+        for c, cls in enumerate(problem.pending)
+        for t in cls.types
+        if t in reserved and problem.types[t] in groups.get(cls.jobs[0], "").split(",")
+    )
+    return dataclasses.replace(problem, placement=tuple(placement), held_gpus=tuple(refs), hold_ok=ok)
 
 
 def backfill(problem: EpochProblem, a: Assignment, res: Reservations) -> int:

@@ -278,6 +278,13 @@ class EpochProblem:
     topology_levels: tuple[str, ...] = ()
     node_count: int = 0
     """Nodes in the snapshot (the node records' indices are below it)."""
+    held_gpus: tuple[GpuRef, ...] = ()
+    """GPUs of ``node_records`` held for the look-ahead's reservations of gangs in their node
+    shape (:func:`optsched.engine.lookahead.limited`): left out of ``placement``'s chunks, and
+    placed on only by the starts of ``hold_ok``, after every other start."""
+    hold_ok: frozenset[tuple[int, int]] = frozenset()
+    """(class, type) whose starts may use ``held_gpus`` of that type: the members are predicted
+    to end before the reserved gang starts, or are the gang."""
 
     def placement_of(self, t: int) -> TypePlacement | None:
         return self.placement[t] if t < len(self.placement) else None

@@ -233,6 +233,13 @@ class Reservation(_Strict):
         description="GPUs free now that are held for it: its gang minus the GPUs of kept running jobs "
         "predicted to end by `start_s`. Only jobs predicted to end by `start_s` may start on them.",
     )
+    nodes: dict[str, int] | None = Field(
+        default=None,
+        description="The gang in its node shape: the nodes whose free GPUs are held, with how many GPUs "
+        "each holds (they add up to `held`); the nodes are those predicted to hold its pieces first, "
+        "and `held` per node is its piece less the GPUs of running jobs there predicted to end by "
+        "`start_s`. Absent for a gang that spreads over any GPUs (held GPUs counted per type).",
+    )
 
 
 class SolverInfo(_Strict):

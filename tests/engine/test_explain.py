@@ -224,6 +224,12 @@ def check_queued(a: After, jid: str, e: Explanation, d: Decision) -> None:
         ]
         assert e.blocked_by == waiting[:MAX_IDS], jid
         return
+    if e.binding == "reservation":
+        # the types' numbers know no reservation: it waits for a gang's held GPUs (a gang in
+        # node shape may hold them although its GPUs are free, on too few whole nodes)
+        assert e.code == "reserved" and e.reserved_for in {r.job for r in d.reservations}, jid
+        assert best["binding"] in ("capacity", "priority", "not_chosen"), (jid, best)
+        return
     assert e.binding == best["binding"]
     assert e.resource is not None and (e.resource.gpu_type, e.resource.gpus) == (best["gpu_type"], g)
     t = best["gpu_type"]

@@ -53,7 +53,9 @@ def _solve(snap: dict[str, Any]) -> tuple[ClusterState, Decision]:
 def test_gang_reservation_holds_long_jobs_and_backfills_short_ones(backend: str) -> None:
     state, d = _solve(gang_snapshot(backend))
     assert check_decision(state, d) == []
-    assert d.reservations == [Reservation(job="gang", gpu_type="A100", gpus=32, start_s=NOW + 3000, held=8)]
+    assert d.reservations == [
+        Reservation(job="gang", gpu_type="A100", gpus=32, start_s=NOW + 3000, held=8, nodes={"n4": 8})
+    ]
     # "short" (1000 s) ends before the gang starts: backfilled on held GPUs; "long" (7200 s)
     # would delay it and waits, although 4 GPUs are free and its tenant has idle quota
     assert [s.job for s in d.start] == ["short"]
@@ -99,7 +101,12 @@ def test_checker_rejects_a_long_start_on_held_gpus() -> None:
 @pytest.mark.parametrize(
     ("change", "needle"),
     [
-        ({"held": 9}, "needs at most 8"),
+        ({"held": 9, "nodes": {"n4": 9}}, "needs at most 8"),
+        ({"held": 9}, "its nodes hold 8 GPUs, not 9"),
+        # n0's job is predicted to end by the gang's start: its 8 GPUs are the gang's already
+        ({"nodes": {"n0": 8}}, "on 'n0', but its largest piece of 8 needs at most 0"),
+        ({"nodes": {"n4": 4, "n0": 4}}, "on 'n0'"),
+        ({"nodes": None, "held": 9}, "needs at most 8"),  # without nodes: counted per type
         ({"gpus": 16}, "the job's gang is 32"),
         ({"start_s": NOW}, "is not after now"),
         ({"job": "r1"}, "is not queued"),

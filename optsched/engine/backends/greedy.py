@@ -43,6 +43,8 @@ class _Tally:
 
     def __init__(self, p: EpochProblem, a: Assignment | None = None) -> None:
         self.p = p
+        self.held_keys: set[tuple[str, int]] = {r.key() for r in p.held_gpus}
+        """The GPUs held for reservations (``p.held_gpus``)."""
         self.chunks = ChunkBook(p)
         self.blocked: dict[tuple[int, int], int] = dict(a.blocked) if a is not None else {}
         self.on_type: dict[tuple[int, int], int] = {}
@@ -108,6 +110,13 @@ class _Tally:
             for r, d in a.resize.items():
                 if d > 0:
                     _resize(self, p, r, d)
+        self.held: list[GpuRef] = []
+        """The GPUs of ``p.held_gpus`` still free, taken out of ``nodes`` (:func:`place_plan`
+        gives them back for the starts allowed on them)."""
+        if p.held_gpus and self.nodes is not None:
+            pool = self.nodes
+            self.held = [r for r in p.held_gpus if r.node in pool.by_id and pool.all_free([r])]
+            pool.take(self.held)
 
     def _share(self, i: int, t: int) -> int:
         """Tenant ``i``'s part of the pool on type ``t``: lendable idle quota, or minus its
@@ -205,8 +214,14 @@ def _start(
     ``defer``; ``refs``: its GPUs, already decided."""
     cls = p.pending[c]
     shape = cls.shape_on(t)
+    # a start placed on GPUs held for a reservation (``p.held_gpus``, out of the chunk rows and
+    # the capacity) takes neither
+    on_held = False
+    if ledger.held_keys:
+        look = refs if sign > 0 else (ledger.placed.get((c, t)) or [None])[-1]
+        on_held = bool(look) and all(r.key() in ledger.held_keys for r in look or ())
     opened = ledger.chunks.opened(t)
-    if not ledger.chunks.start(c, t, sign):
+    if not on_held and not ledger.chunks.start(c, t, sign):
         return False
     pool, tp = ledger.nodes, p.placement_of(t)
     if pool is not None and tp is not None:
@@ -225,6 +240,8 @@ def _start(
             if got is not None:
                 pool.release(got, shape)
     cap = ledger.chunks.opened(t) - opened if shape.fractional else None
+    if on_held:
+        cap = 0
     ledger.apply(cls.tenant, t, cls.gpus, own, sign=sign, cap=None if cap is None else sign * cap)
     ledger.on_type[(c, t)] = ledger.on_type.get((c, t), 0) + sign
     return True
@@ -437,7 +454,7 @@ def place_plan(p: EpochProblem, a: Assignment) -> list[tuple[int, int, bool]]:
     ledger = _Tally(p, a)
     pool = ledger.nodes
     assert pool is not None
-    todo: list[tuple[int, int, int, str, int, int, bool]] = []
+    todo: list[tuple[int, int, int, int, str, int, int, bool]] = []
     for (c, t), stack in ledger.placed.items():
         cls = p.pending[c]
         sh = cls.shape_on(t)
@@ -445,7 +462,10 @@ def place_plan(p: EpochProblem, a: Assignment) -> list[tuple[int, int, bool]]:
         # make room for anything): members of a class are alike
         loan = a.starts.get(c, {}).get((t, True), 0) > 0
         first = 0 if sh.level >= 0 and sh.required and sh.nodes > 1 else 1
-        todo += [(first, -sh.largest, -cls.gpus, cls.label, c, t, loan) for refs in stack if refs is None]
+        # the starts allowed on GPUs held for a reservation come last, with those GPUs
+        late = int((c, t) in p.hold_ok)
+        key = (late, first, -sh.largest, -cls.gpus, cls.label, c, t, loan)
+        todo += [key for refs in stack if refs is None]
     failed: list[tuple[int, int, bool]] = []
     slots: dict[tuple[int, int], list[int]] = defaultdict(list)
     for (c, t), stack in ledger.placed.items():
@@ -456,9 +476,15 @@ def place_plan(p: EpochProblem, a: Assignment) -> list[tuple[int, int, bool]]:
     # GPUs stay idle is undone after placement
     freed = {pool.by_id[r.node].index for x in a.preempt for r in p.running[x].alloc
              if r.node in pool.by_id}
-    for _, _, _, _, c, t, loan in sorted(todo):
+    held_nodes = {pool.by_id[r.node].index for r in ledger.held}
+    for late, _, _, _, _, c, t, loan in sorted(todo):
+        if late and ledger.held:
+            pool.release(ledger.held)
+            ledger.held = []
         first_claim = p.pending[c].guaranteed and not loan
         pool.prefer, pool.avoid = (freed, set()) if first_claim else (set(), freed)
+        if late:  # the held GPUs first: the others stay free for the starts the fill may add
+            pool.prefer = pool.prefer | held_nodes
         refs = pool.place(p.types[t], p.pending[c].shape_on(t))
         n = slots[(c, t)].pop(0)
         if refs is None:

@@ -319,6 +319,33 @@ def _best_effort_room(
     return lost, be_left, slack
 
 
+def _keep_idle_victims(state: ClusterState, starts: list[Start], preempt: list[Preempt]) -> list[Preempt]:
+    """The parts' preemptions, less best-effort priority victims whose GPUs no part's start takes
+    on a type where the parts together stop more best-effort GPUs than the fleet's bound (the
+    guaranteed in-quota starts plus the victim slack once: each part kept the bound with its own
+    slack, and the slacks add up). Those keep running, in id order, until the bound holds (the
+    merged decision is checked as a whole after; a type within the bound is left as it is)."""
+    _, be_left, _ = _best_effort_room(state, starts, preempt)
+    over = {t: -v for t, v in be_left.items() if v < 0}
+    if not over:
+        return preempt
+    used = {(r.node, r.gpu) for s in starts for r in s.allocation}
+    hosts = set(state.host_of.values())
+    keep: set[str] = set()
+    for p in sorted(preempt, key=lambda x: x.job):
+        j = state.job(p.job)
+        t = state.job_type(j)
+        if over.get(t, 0) <= 0 or p.reason != PreemptReason.PRIORITY or j.on_loan or j.qos == "guaranteed":
+            continue
+        if p.job in state.host_of or p.job in hosts:
+            continue
+        if any((r.node, r.gpu) in used for r in j.allocation or ()):
+            continue
+        keep.add(p.job)
+        over[t] -= j.gpus
+    return [p for p in preempt if p.job not in keep]
+
+
 def _running_victims(
     state: ClusterState,
     stopped: set[str],
@@ -691,6 +718,7 @@ def merge_plan(
     decision (``explanations`` and ``queue_reasons`` empty) and, per running job it stopped,
     the queued job whose start the stop made room for."""
     starts, preempt, predictions = _collect(results)
+    preempt = _keep_idle_victims(state, starts, preempt)
     stopped = {p.job for p in preempt}
     # also stop the guests of stopped hosts named in another part (never: pairs share a node)
     use, own_kept = _kept_use(state, starts, stopped)
