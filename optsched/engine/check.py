@@ -203,6 +203,15 @@ class _After:
         return out
 
     @functools.cached_property
+    def partial_share(self) -> dict[str, int]:
+        """node id -> the largest free share of one of its GPUs that is not wholly free."""
+        out: dict[str, int] = defaultdict(int)
+        for (node, _), left in self.free_share.items():
+            if left < MILLI_PER_GPU:
+                out[node] = max(out[node], left)
+        return out
+
+    @functools.cached_property
     def host_left(self) -> dict[str, tuple[int | None, int | None]]:
         """node id -> (CPU thousandths, host MiB) left after the decision (None: not tracked)."""
         state = self.state
@@ -561,7 +570,12 @@ def _fits_alone(
         if _host_fits(job, after.host_left[n])
     ]
     if job.is_fractional:
-        return any(share >= (job.gpu_milli or 0) for _, _, share in nodes)
+        # a node whose whole free GPUs are all held offers only its partly used GPUs' shares
+        partial = after.partial_share
+        return any(
+            (share if free > 0 or not held else partial.get(n, 0)) >= (job.gpu_milli or 0)
+            for n, free, share in nodes
+        )
     pieces = _pieces(state, job, gpu_type)
     if pieces is None:
         return sum(free for _, free, _ in nodes) >= gpus

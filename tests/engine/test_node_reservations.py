@@ -174,3 +174,24 @@ def test_same_snapshot_same_decision_with_held_nodes() -> None:
     assert strip(_solve(node_snapshot(*jobs))[1]) == strip(_solve(node_snapshot(*jobs))[1])
     ev = [strip(decide_event(_state(node_snapshot(*jobs)), predictor=EstimatePredictor())) for _ in range(2)]
     assert ev[0] == ev[1]
+
+
+def test_a_share_kept_off_whole_nodes_held_for_a_gang_is_no_idle_capacity() -> None:
+    # node-shaped medium seed 3: four whole H100 nodes are held for a 64-GPU gang and their 32
+    # GPUs are the type's only free ones; jobs asking 750 thousandths of a GPU wait with reason
+    # `reserved`. The checker read each node's largest free share without the hold, called them
+    # idle capacity (invariant 8), and every plan of the fallback chain failed: an internal error
+    import optsched
+    from optsched.engine.backends.base import SolveParams
+    from optsched.engine.check import check_decision
+    from optsched.engine.epoch import default_predictor
+    from optsched.engine.state import load_state
+    from optsched.instances import generate
+
+    state = load_state(generate("medium", 3, shapes=True))
+    params = SolveParams(backend="greedy", time_limit_s=60)
+    d = optsched.solve_epoch(state, params=params, predictor=default_predictor())
+    assert check_decision(state, d) == []
+    assert any(r.nodes for r in d.reservations)
+    waiting = [j for j in d.queue if state.job(j).is_fractional and d.queue_reasons[j].value == "reserved"]
+    assert waiting
