@@ -30,6 +30,11 @@ OVERHEAD_PER_JOB_S = 40e-6
 """Nominal seconds of fixed stages per job of the snapshot (validation, predictions,
 candidates, decoding, checking), taken from the work budget so large snapshots keep their
 deadline; calibrated in ``docs/benchmarks.md``."""
+SHAPED_OVERHEAD_PER_JOB_S = 60e-6
+"""Further nominal seconds per job where node rows are a relaxation (CPU, memory, topology or
+shares): there the greedy plan tries two orders and the candidates carry node shapes (medium
+--shapes: the stages before the solver took 0.35-0.4 s against 0.2 s without, and 8 of 10
+seeds ran into the wall clock at 1 s on an idle machine)."""
 MIN_WORK_S = 0.02
 """The smallest solver work budget, however large the snapshot."""
 RESERVE_FRACTION = 0.1
@@ -129,6 +134,13 @@ class Budget:
         if self.workflows:
             share -= WORKFLOW_SHARE * self.limit_s
         return max(MIN_WORK_S, share - OVERHEAD_PER_JOB_S * self.jobs)
+
+    def shaped_work_s(self) -> float:
+        """:attr:`solver_work_s` on a problem whose node rows are a relaxation (less
+        :data:`SHAPED_OVERHEAD_PER_JOB_S` per job, unless a work budget was given)."""
+        if self.work_s is not None:
+            return self.work_s
+        return max(MIN_WORK_S, self.solver_work_s - SHAPED_OVERHEAD_PER_JOB_S * self.jobs)
 
     @property
     def workflow_work_s(self) -> float:

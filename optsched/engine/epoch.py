@@ -351,7 +351,7 @@ def _cluster_decision(ep: _Epoch, params: SolveParams, budget: Budget) -> Decisi
 
     problem = limited(ep.problem, ep.reservations, ep.state)
     hint, greedy_value = _greedy_plan(problem, ep.stage)
-    params, auto_reason = _resolve_auto(problem, params, budget.solver_work_s)
+    params, auto_reason = _resolve_auto(problem, params, _work_s(problem, budget))
     result, fallback_reason = _solve(problem, params, budget, hint, greedy_value, ep.stage, auto_reason)
     d = _first_valid_decision(ep, problem, params, result, fallback_reason, copy.deepcopy(hint))
     if result is None or result.assignment is None or d.solver.objective is None:
@@ -373,6 +373,14 @@ def _cluster_decision(ep: _Epoch, params: SolveParams, budget: Budget) -> Decisi
         log.exception("decoding the greedy plan after the solver's answer failed")
         return d
     return g if g.solver.objective is not None and g.solver.objective > d.solver.objective else d
+
+
+def _work_s(problem: EpochProblem, budget: Budget) -> float:
+    """The solver's work budget: less where the node rows are a relaxation (the stages around
+    the solver take longer there, :meth:`Budget.shaped_work_s`)."""
+    if any((tp := problem.placement_of(t)) is not None and not tp.exact for t in range(len(problem.types))):
+        return budget.shaped_work_s()
+    return budget.solver_work_s
 
 
 def _greedy_plan(problem: EpochProblem, stage: dict[str, float]) -> tuple[Assignment, float]:
@@ -421,7 +429,7 @@ def _solve(
     fallback_reason: str | None = None
     try:
         result = get_backend(params.backend).solve(
-            problem, params.with_(time_limit_s=wall_s, work_s=budget.solver_work_s), hint
+            problem, params.with_(time_limit_s=wall_s, work_s=_work_s(problem, budget)), hint
         )
     except (OptschedError, ValueError):
         raise

@@ -198,22 +198,32 @@ def test_the_greedy_plan_keeps_a_stop_only_where_the_node_still_has_its_cpu_and_
     assert check_decision(state, d) == []
 
 
-def test_starts_the_nodes_cannot_hold_leave_no_best_effort_stop_unpaid() -> None:
-    """Node-shaped medium seed 2 at the default call's work: 5 starts of the HiGHS answer found
-    no nodes, and the best-effort stops they had paid for stayed: 244 'H100' GPUs freed where
-    the guaranteed starts left take 240 plus a slack of 3 (invariant 3), so the answer failed the
-    checker and the decision fell back to the greedy plan. Those victims now keep running."""
+def test_starts_the_nodes_cannot_hold_leave_no_best_effort_stop_unpaid(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Node-shaped medium seed 2: starts of the HiGHS answer found no nodes, and the best-effort
+    stops they had paid for stayed (once: 244 'H100' GPUs freed where the guaranteed starts left
+    take 240 plus a slack of 3, invariant 3), so the answer failed the checker and the decision
+    fell back to the greedy plan. Those victims now keep running."""
     import optsched
+    import optsched.engine.backends.greedy as greedy_mod
     from optsched.engine.backends.base import SolveParams
-    from optsched.engine.budget import Budget
     from optsched.engine.check import check_decision
     from optsched.engine.epoch import default_predictor
     from optsched.instances import generate
 
     state = load_state(generate("medium", 2, shapes=True))
-    work = Budget(1.0, len(state.snapshot.jobs)).solver_work_s  # the default call's work
-    params = SolveParams(time_limit_s=60, work_s=work)
+    params = SolveParams(time_limit_s=60, work_s=1.0)
+    real = greedy_mod.keep_best_effort_within_room
+    kept: list[int] = []
+
+    def spy(p: Any, a: Any) -> int:
+        kept.append(real(p, a))
+        return kept[-1]
+
+    monkeypatch.setattr(greedy_mod, "keep_best_effort_within_room", spy)
     d = optsched.solve_epoch(state, params=params, predictor=default_predictor())
     assert check_decision(state, d) == []
     assert d.status == "feasible" and d.solver.fallback_reason is None, d.solver.fallback_reason
     assert any(n.startswith("node shape: ") for n in d.solver.notes)  # starts did leave the plan
+    assert sum(kept) > 0  # stops the dropped starts had paid for kept running
