@@ -45,6 +45,7 @@ from optsched.engine.state import load_state
 from optsched.engine.epoch import solve_epoch, default_predictor, _prepare
 from optsched.engine.backends.base import SolveParams
 from optsched.engine.backends.greedy import greedy_assignment
+from optsched.engine.lookahead import limited
 path, limit, backend, mode = sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4]
 state = load_state(open(path).read())
 pred = default_predictor()
@@ -54,7 +55,8 @@ t = time.monotonic()
 d = solve_epoch(state, params=params, predictor=pred)
 wall = time.monotonic() - t
 ep = _prepare(state, SolveParams(), pred, {})
-greedy = greedy_assignment(ep.problem).objective(ep.problem)
+plan_problem = limited(ep.problem, ep.reservations)  # the capacity the engine plans on
+greedy = greedy_assignment(plan_problem).objective(plan_problem)
 s = d.solver
 print(json.dumps({
     "status": d.status, "backend": s.backend, "objective": s.objective, "bound": s.bound,
