@@ -416,7 +416,7 @@ def greedy_assignment(p: EpochProblem) -> Assignment:
       better on six medium seeds (seed 1: 18% below the optimum before, 2.6% after), hence the
       better of the two. Where every type's node rows are exact (no CPU, memory, topology or
       shares: format-1 jobs) only the first is made: there the second was from 2.4% worse to
-      4.6% better, the solver closes that gap, and its time is the solver's.
+      9% better, the solver closes that gap, and its time is the solver's.
 
     Ties keep the fill-first plan."""
     best = _greedy_order(p, largest_first=False)
