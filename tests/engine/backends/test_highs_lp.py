@@ -23,6 +23,15 @@ from optsched.predict.fallback import EstimatePredictor
 PRED = EstimatePredictor()
 
 
+def _relaxed(snapshot: dict[str, Any]) -> tuple[Any, Any, Any, list[float], Any]:
+    """The problem of ``snapshot``, its greedy plan, its model, its LP relaxation's values and
+    the LP's result message."""
+    p = _prepare(load_state(snapshot), SolveParams(), PRED, {}).problem
+    lin = build_model(p)
+    res, _ = _solve(model_proto(lin, integer=False), _parameters(SolveParams(), 60.0, {}), None, 60.0)
+    return p, greedy_assignment(p), lin, _values(res, lin.n), res
+
+
 @pytest.mark.parametrize(("size", "seed"), [("venus", 3), ("medium", 1)])
 def test_lp_mode_bounds_the_optimum_and_rins_never_loses(size: str, seed: int) -> None:
     state = load_state(generate(size, seed))
@@ -62,12 +71,7 @@ def test_rins_frees_the_members_near_the_plans_count() -> None:
     from optsched.engine.backends.highs import RINS_COUNT_WINDOW, _rins_fixed
     from optsched.engine.formulation import from_assignment
 
-    state = load_state(generate("venus", 3))
-    p = _prepare(state, SolveParams(), PRED, {}).problem
-    greedy = greedy_assignment(p)
-    lin = build_model(p)
-    res, _ = _solve(model_proto(lin, integer=False), _parameters(SolveParams(), 60.0, {}), None, 60.0)
-    lp = _values(res, lin.n)
+    p, greedy, lin, lp, _ = _relaxed(generate("venus", 3))
     x = from_assignment(lin, p, greedy)
     fixed = set(_rins_fixed(lin, lp, x))
     far_fixed = 0
@@ -136,14 +140,11 @@ def test_the_greedy_plan_frees_whole_nodes_for_guaranteed_gangs_before_the_fill(
     # within 3%, and the greedy plan is the better of the two orders
     from optsched.engine.backends.greedy import _greedy_order
 
-    state = load_state(generate("medium", 1, shapes=True))
-    p = _prepare(state, SolveParams(), PRED, {}).problem
-    lin = build_model(p)
-    res, _ = _solve(model_proto(lin, integer=False), _parameters(SolveParams(), 60.0, {}), None, 60.0)
+    p, plan, lin, _, res = _relaxed(generate("medium", 1, shapes=True))
     bound = res.termination.objective_bounds.dual_bound + lin.offset
     fill_first = _greedy_order(p, largest_first=False).objective(p)
     largest_first = _greedy_order(p, largest_first=True).objective(p)
-    greedy = greedy_assignment(p).objective(p)
+    greedy = plan.objective(p)
     assert greedy == max(fill_first, largest_first)
     assert fill_first < 0.85 * bound
     assert greedy >= 0.97 * bound
@@ -155,12 +156,7 @@ def test_a_rins_neighbourhood_too_large_for_the_work_left_is_cut_not_skipped() -
     from optsched.engine.backends.highs import RINS_FREE_PER_WORK_S, _cut_to_fit, _density_factor, _rins_fixed
     from optsched.engine.formulation import from_assignment
 
-    state = load_state(generate("medium", 0, shapes=True))
-    p = _prepare(state, SolveParams(), PRED, {}).problem
-    greedy = greedy_assignment(p)
-    lin = build_model(p)
-    res, _ = _solve(model_proto(lin, integer=False), _parameters(SolveParams(), 60.0, {}), None, 60.0)
-    lp = _values(res, lin.n)
+    p, greedy, lin, lp, _ = _relaxed(generate("medium", 0, shapes=True))
     x = from_assignment(lin, p, greedy)
     fixed = _rins_fixed(lin, lp, x)
     free = lin.n - len(fixed)
