@@ -353,9 +353,11 @@ def _cluster_decision(ep: _Epoch, params: SolveParams, budget: Budget) -> Decisi
     hint, greedy_value = _greedy_plan(problem, ep.stage)
     params, auto_reason = _resolve_auto(problem, params, _work_s(problem, budget))
     result, fallback_reason = _solve(problem, params, budget, hint, greedy_value, ep.stage, auto_reason)
-    d = _first_valid_decision(ep, problem, params, result, fallback_reason, copy.deepcopy(hint))
+    d = _first_valid_decision(ep, problem, params, result, fallback_reason, hint)
     if result is None or result.assignment is None or d.solver.objective is None:
         return d
+    if d.solver.fallback_reason is not None:
+        return d  # the chain went past the solver's answer (and decoding changed ``hint``)
     if d.solver.objective >= greedy_value - 1e-6 * max(1.0, abs(greedy_value)):
         return d
     # placing the solver's answer on the nodes lost starts the model's node rows (a relaxation
@@ -378,7 +380,7 @@ def _cluster_decision(ep: _Epoch, params: SolveParams, budget: Budget) -> Decisi
 def _work_s(problem: EpochProblem, budget: Budget) -> float:
     """The solver's work budget: less where the node rows are a relaxation (the stages around
     the solver take longer there, :meth:`Budget.shaped_work_s`)."""
-    if any((tp := problem.placement_of(t)) is not None and not tp.exact for t in range(len(problem.types))):
+    if problem.rows_relaxed:
         return budget.shaped_work_s()
     return budget.solver_work_s
 

@@ -289,6 +289,12 @@ class EpochProblem:
     def placement_of(self, t: int) -> TypePlacement | None:
         return self.placement[t] if t < len(self.placement) else None
 
+    @property
+    def rows_relaxed(self) -> bool:
+        """Whether the node rows of some type are a relaxation (CPU, memory, topology or shares:
+        the free nodes may not hold every start the rows admit)."""
+        return any(tp is not None and not tp.exact for tp in self.placement)
+
     def reclaim_of(self, cls: PendingClass) -> float:
         """What one member of ``cls`` started inside its tenant's quota earns beyond its value:
         the reclaim bonus per GPU it gives back to its tenant, when the class reclaims (the

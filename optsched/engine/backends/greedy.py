@@ -420,7 +420,7 @@ def greedy_assignment(p: EpochProblem) -> Assignment:
 
     Ties keep the fill-first plan."""
     best = _greedy_order(p, largest_first=False)
-    if not any((tp := p.placement_of(t)) is not None and not tp.exact for t in range(len(p.types))):
+    if not p.rows_relaxed:
         return best  # node rows exact (no CPU, memory, topology or shares): fill first
     other = _greedy_order(p, largest_first=True)
     value = best.objective(p)
