@@ -196,19 +196,27 @@ def _rins_fixed(lin: LinearModel, lp: Sequence[float], x: Sequence[int]) -> list
     with every member fixed, only the split of the plan's count over types could move).
     Auxiliary variables (loans, chunks, splits, kept use) follow the decisions and stay free:
     fixing them fixes the placement structure of the plan."""
-    decisions: set[int] = set()
-    for group in (lin.own, lin.loan, lin.guest, lin.grow, lin.shrink, lin.grow_dir):
-        decisions.update(group.values())
+    decisions = _decisions(lin)
     near: set[int] = set()
     for members in lin.seg.values():
-        decisions.update(members)
         count = sum(round(x[k]) for k in members)
         near.update(members[max(0, count - RINS_COUNT_WINDOW):count + RINS_COUNT_WINDOW])
     stops = set(lin.preempt.values())
     return sorted(
-        k for k in decisions | stops
+        k for k in decisions
         if abs(lp[k] - x[k]) <= 1e-6 and not (k in stops and x[k] == 0) and k not in near
     )
+
+
+def _decisions(lin: LinearModel) -> set[int]:
+    """The model's decision variables (starts per class, type and loan, members, guests,
+    resizes, stops); the others (loans, chunks, splits, kept use) follow them."""
+    out: set[int] = set(lin.preempt.values())
+    for group in (lin.own, lin.loan, lin.guest, lin.grow, lin.shrink, lin.grow_dir):
+        out.update(group.values())
+    for members in lin.seg.values():
+        out.update(members)
+    return out
 
 
 def _density_factor(lin: LinearModel) -> float:
@@ -229,11 +237,7 @@ def _cut_to_fit(
     variables stay free (they follow the decisions), then the decisions on which the LP's
     solution ``lp`` and the plan ``x`` differ most (ties by index); the others are fixed at
     ``x`` too (``x`` satisfies the model, so the step stays feasible)."""
-    decisions: set[int] = set(lin.preempt.values())
-    for group in (lin.own, lin.loan, lin.guest, lin.grow, lin.shrink, lin.grow_dir):
-        decisions.update(group.values())
-    for members in lin.seg.values():
-        decisions.update(members)
+    decisions = _decisions(lin)
     is_fixed = set(fixed)
     free = [k for k in range(lin.n) if k not in is_fixed]
     aux = sum(1 for k in free if k not in decisions)

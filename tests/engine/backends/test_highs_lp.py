@@ -153,7 +153,13 @@ def test_the_greedy_plan_frees_whole_nodes_for_guaranteed_gangs_before_the_fill(
 def test_a_rins_neighbourhood_too_large_for_the_work_left_is_cut_not_skipped() -> None:
     # node-shaped medium seed 0 at the default call's work: 2,769 variables would be free, 2,251
     # fit; the step was skipped and the answer was the greedy plan, 5.6% below the LP's bound
-    from optsched.engine.backends.highs import RINS_FREE_PER_WORK_S, _cut_to_fit, _density_factor, _rins_fixed
+    from optsched.engine.backends.highs import (
+        RINS_FREE_PER_WORK_S,
+        _cut_to_fit,
+        _decisions,
+        _density_factor,
+        _rins_fixed,
+    )
     from optsched.engine.formulation import from_assignment
 
     p, greedy, lin, lp, _ = _relaxed(generate("medium", 0, shapes=True))
@@ -165,10 +171,7 @@ def test_a_rins_neighbourhood_too_large_for_the_work_left_is_cut_not_skipped() -
     assert set(fixed) <= set(cut) and lin.n - len(cut) == room
     # what stays free: the largest disagreements between the LP and the plan
     newly = set(cut) - set(fixed)
-    decisions = set(lin.preempt.values()) | {k for ms in lin.seg.values() for k in ms}
-    for group in (lin.own, lin.loan, lin.guest, lin.grow, lin.shrink, lin.grow_dir):
-        decisions.update(group.values())
-    kept = [k for k in decisions if k not in set(cut)]
+    kept = [k for k in _decisions(lin) if k not in set(cut)]
     assert kept and max(abs(lp[k] - x[k]) for k in newly) <= min(abs(lp[k] - x[k]) for k in kept)
     work = 0.7 * free / (RINS_FREE_PER_WORK_S * _density_factor(lin))  # the LP and 70% of it
     params = SolveParams(time_limit_s=60, work_s=work, extra={"mode": "lp"})
