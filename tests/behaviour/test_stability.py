@@ -411,16 +411,28 @@ NODE_LOSS_SHAPE_KNOWN = {
     ("venus", "highs"): "epoch 55: one job started at epoch 41 stopped for priority",
     ("medium", "cpsat"): "epochs 26 and 56: jobs started the epoch before stopped for priority",
     ("medium", "greedy"): "epoch 26: one job started at epoch 25 stopped for priority",
-    # since node-held gang reservations (not yet traced; the branch alone fails both the same way)
-    ("venus", "greedy"): "epoch 5: stops free 4 'V100' GPUs and starts use 3, since node-held reservations",
-    ("medium", "highs"): "epoch 42: 7 running jobs stopped and 3 started after the run settled, since "
-    "node-held reservations",
+    # since node-held gang reservations (traced; see below)
+    ("venus", "greedy"): "epoch 5: a 4-GPU gang on loan is reclaimed whole for a 2- and a 1-GPU start "
+    "on its node (the one free node is held for a 64-GPU gang): stops free 4 'V100' GPUs, starts use 3",
+    ("medium", "highs"): "epoch 42: backfilled jobs on a reserved gang's nodes are stopped for priority "
+    "the epoch after they started, once the reservation holds none of those nodes' GPUs",
 }
 """Node-loss runs that still swap after a node returns in node shape: the preemption rows count
 GPUs per type, so guaranteed starts inside quota on whole returned nodes let the plan stop
 best-effort jobs inside quota whose GPUs (or quota) then go to other starts; the placement
 step and :func:`~optsched.engine.backends.greedy.keep_loan_funded_victims` undo the swaps whose
-GPUs stay idle or fund loans, not those another start inside quota takes (open in issue 19)."""
+GPUs stay idle or fund loans, not those another start inside quota takes (open in issue 19).
+
+The two since node-held reservations, traced. ``venus-greedy``: the decision is sound (the gang
+is the cheapest victim that frees two GPUs on one node), but this test counts GPUs, not whole
+gangs. ``medium-highs``: the running jobs are past their predicted runtimes, so each is
+predicted to end at the next epoch (``MIN_REMAINING_S``) and the 64-GPU gang's start stays one
+epoch away; at epoch 41 short jobs are backfilled onto the one held node, at 42 that node has no
+free GPU to hold and the gang's eight equally ready nodes (ties by snapshot order) hold nothing,
+so guaranteed starts stop the backfilled jobs. Two fixes were tried and reverted: a preemption
+cost of at least the value a job was started for (the flip stayed: it comes from the released
+node, not from values), and keeping the jobs on a reservation's chosen nodes from being priority
+victims (the chosen set moves from epoch to epoch, and the runs moved more)."""
 
 
 def _node_loss_case(size: str, backend_name: str) -> Any:
