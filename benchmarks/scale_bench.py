@@ -55,7 +55,7 @@ t = time.monotonic()
 d = solve_epoch(state, params=params, predictor=pred)
 wall = time.monotonic() - t
 ep = _prepare(state, SolveParams(), pred, {})
-plan_problem = limited(ep.problem, ep.reservations)  # the capacity the engine plans on
+plan_problem = limited(ep.problem, ep.reservations, ep.state)  # the engine's capacity and node rows
 greedy = greedy_assignment(plan_problem).objective(plan_problem)
 s = d.solver
 print(json.dumps({
