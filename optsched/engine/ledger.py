@@ -179,6 +179,7 @@ class NodePool:
         largest: Mapping[str, int],
         levels: tuple[str, ...] = (),
         node_count: int | None = None,
+        refs: dict[tuple[str, int], GpuRef] | None = None,
     ) -> None:
         """A pool over ``records`` (``largest``: the largest node of each GPU type, what the
         buddy rule's chunk sizes are measured against; ``levels``: the topology's)."""
@@ -204,6 +205,12 @@ class NodePool:
         for t in types:
             self.partial[t].sort()
         self.frag = {t: _frag_table(n) for t, n in largest.items()}
+        self._order: dict[tuple[str, int], list[int]] = {}
+        """(type, piece) -> the free counts a piece goes to, in the rule's order (by how much it
+        breaks the node's chunks, then fewest free): static, so sorted once."""
+        self._refs: dict[tuple[str, int], GpuRef] = refs if refs is not None else {}
+        """One ``GpuRef`` per GPU handed out (built once: placements are read, never changed;
+        ``refs``: a cache shared with other pools of the same nodes)."""
         self.avoid: set[int] = set()
         """Node indices pieces go to only when no other node holds them."""
         self.prefer: set[int] = set()
@@ -244,7 +251,13 @@ class NodePool:
         self.total[node.type] -= k
         if shape is not None:
             self._charge(node, shape, 1)
-        return [GpuRef.model_construct(node=node.id, gpu=g) for g in taken]
+        return [self._ref(node.id, g) for g in taken]
+
+    def _ref(self, nid: str, g: int) -> GpuRef:
+        ref = self._refs.get((nid, g))
+        if ref is None:
+            ref = self._refs[(nid, g)] = GpuRef.model_construct(node=nid, gpu=g)
+        return ref
 
     def _charge(self, node: _Node, shape: Shape, sign: int) -> None:
         if node.cpu is not None:
@@ -358,17 +371,15 @@ class NodePool:
         among: set[int] | None, most_free: bool = False,
     ) -> _Node | None:
         buckets = self.buckets[t]
-        table = self.frag[t]
         if self.best_fit:  # free count only: fewest first, or most first for most_free
             counts = sorted((c for c, ids in buckets.items() if c >= p and ids), reverse=most_free)
         else:
-            counts = [c for _, c in sorted(
-                (table[c][p] if c < len(table) and p < len(table[c]) else 0, c)
-                for c, ids in buckets.items()
-                if c >= p and ids
-            )]
+            counts = self._counts(t, p)
         for c in counts:
-            for i in buckets[c]:
+            ids = buckets.get(c)
+            if not ids:
+                continue
+            for i in ids:
                 if i in skip or (among is not None and i not in among):
                     continue
                 node = self.nodes[i]
@@ -378,6 +389,22 @@ class NodePool:
                 if node.hosts(shape):
                     return node
         return None
+
+    def _counts(self, t: str, p: int) -> list[int]:
+        """Free counts that hold a piece of ``p``, in the buddy rule's order (by how much the
+        piece breaks the node's chunks, then the count); counts beyond the largest node's (a
+        node larger than the type's largest cannot be) come last by count."""
+        got = self._order.get((t, p))
+        if got is None:
+            table = self.frag[t]
+            top = max([len(table) - 1, *self.buckets[t].keys()])
+            got = self._order[(t, p)] = [
+                c for _, c in sorted(
+                    (table[c][p] if c < len(table) and p < len(table[c]) else 0, c)
+                    for c in range(p, top + 1)
+                )
+            ]
+        return got
 
     def _pieces(
         self, t: str, shape: Shape, inside: tuple[int, tuple[str, ...]] | None

@@ -285,6 +285,9 @@ class EpochProblem:
     hold_ok: frozenset[tuple[int, int]] = frozenset()
     """(class, type) whose starts may use ``held_gpus`` of that type: the members are predicted
     to end before the reserved gang starts, or are the gang."""
+    gpu_refs: dict[tuple[str, int], GpuRef] = field(default_factory=dict, compare=False, repr=False)
+    """One ``GpuRef`` per GPU the placements of this epoch hand out, built on first use and
+    shared by every node pool of the epoch (the greedy plan's, the fill's, the decoding's)."""
 
     def placement_of(self, t: int) -> TypePlacement | None:
         return self.placement[t] if t < len(self.placement) else None

@@ -50,7 +50,8 @@ class _Tally:
         self.on_type: dict[tuple[int, int], int] = {}
         self.nodes: NodePool | None = (
             NodePool(
-                p.node_records, dict(zip(p.types, p.largest, strict=True)), p.topology_levels, p.node_count
+                p.node_records, dict(zip(p.types, p.largest, strict=True)), p.topology_levels, p.node_count,
+                refs=p.gpu_refs,
             )
             if p.node_records
             else None
@@ -502,7 +503,6 @@ def _grow(p: EpochProblem, a: Assignment) -> None:
     """Grow running elastic jobs into the GPUs the plan leaves idle, as the model does: only on
     types where the plan stops nothing, inside quota (jobs on own quota) or borrowed (jobs on
     loan), highest growth value per GPU first (then job id), one step at a time."""
-    ledger = _Tally(p, a)
     stopped = {p.running[r].type for r in a.preempt if not p.running[r].guest}
     stopped |= {p.running[r].type for r in a.resize}  # the plan's resizes so far are shrinks
     order = sorted(
@@ -513,6 +513,9 @@ def _grow(p: EpochProblem, a: Assignment) -> None:
         ),
         key=lambda r: (-p.running[r].grow_value / p.running[r].step, p.running[r].job),
     )
+    if not order:
+        return  # nothing may grow: no ledger to build
+    ledger = _Tally(p, a)
     for r in order:
         run = p.running[r]
         i, t = run.tenant, run.type
@@ -894,6 +897,8 @@ def drop_unused_preemptions(p: EpochProblem, a: Assignment, placed: bool = False
     GPUs no start took is tried whatever the type's counts say (a start placed on other nodes
     leaves them idle even where the counts balance); on a type with an on-loan deficit the
     counts still decide."""
+    if not a.preempt:
+        return  # nothing to keep running
     ledger = _Tally(p, a)
     guests_of = _guests_of(p)
     own_start_tenants: set[tuple[int, int]] = {
