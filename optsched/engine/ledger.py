@@ -80,7 +80,24 @@ def node_records(
     kept: Mapping[str, list[GpuRef]] | None = None,
 ) -> tuple[NodeRecord, ...]:
     """The available nodes as the snapshot's running jobs leave them, less ``stopped`` jobs and
-    the ``released`` GPUs of shrinking jobs (which then hold ``kept``)."""
+    the ``released`` GPUs of shrinking jobs (which then hold ``kept``). Without ``released`` and
+    ``kept`` the records are kept with the state (they are immutable) and built once per set of
+    stopped jobs: an epoch asks for them from several stages."""
+    if released or kept:
+        return _node_records(state, stopped, released, kept)
+    key = ("node_records", frozenset(stopped))
+    got = state.shape_cache.get(key)
+    if got is None:
+        got = state.shape_cache[key] = _node_records(state, stopped, released, kept)
+    return got
+
+
+def _node_records(
+    state: ClusterState,
+    stopped: frozenset[str] | set[str],
+    released: frozenset[GpuKey],
+    kept: Mapping[str, list[GpuRef]] | None,
+) -> tuple[NodeRecord, ...]:
     snap = state.snapshot
     levels = state.topology_levels
     pool = state.pool_gpus

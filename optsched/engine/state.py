@@ -71,7 +71,8 @@ class ClusterState:
     """GPUs held by fractional running jobs only -> the thousandths of the GPU they take
     together (at most 1000); such a GPU is in ``gpu_holders`` too, with every job on it."""
     shape_cache: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
-    """Results of :func:`optsched.engine.shape.never_fits` for this state, by shape and type."""
+    """Results of :func:`optsched.engine.shape.never_fits` for this state, by shape and type, and
+    of :func:`optsched.engine.ledger.node_records` by stopped jobs."""
 
     # ---------------------------------------------------------------- construction
     @classmethod
