@@ -749,6 +749,10 @@ class OptschedPolicy:
     """
 
     name = "optsched"
+    checks_itself = True
+    """Every decision it returns passed :func:`~optsched.engine.check.check_decision` against
+    the state it was given, work conservation included (the engine's epoch path and event path
+    check before they return), so the simulator does not run that check a second time."""
 
     def __init__(self, *, backend: str = "auto", time_limit_s: float = 0.2, seed: int = 0,
                  predictor: str = "trained", truth: GroundTruth | None = None,

@@ -145,6 +145,34 @@ def test_a_violating_decision_is_an_error(three_jobs: Trace) -> None:
         Simulator(three_jobs, _Bad(), config=EXACT).run()
 
 
+def test_optsched_decisions_are_checked_once_by_the_engine(
+    three_jobs: Trace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """optsched checks itself (epoch and event path) on the simulator's state: the simulator's
+    own check of the same decision is not run again, and the engine's ran for every decision."""
+    import optsched.engine.admit as admit
+    import optsched.engine.check as check
+    import optsched.sim.cluster as cluster
+
+    calls: list[int] = []
+    real = check.check_decision
+
+    def counted(state: ClusterState, decision: Decision, **kw: bool) -> list[object]:
+        calls.append(1)
+        return real(state, decision, **kw)  # type: ignore[return-value]
+
+    def never(*_: object, **__: object) -> list[object]:
+        raise AssertionError("the simulator re-checked a decision the engine had checked")
+
+    monkeypatch.setattr(check, "check_decision", counted)
+    monkeypatch.setattr(admit, "check_decision", counted)
+    monkeypatch.setattr(cluster, "check_decision", never)
+    sim = Simulator(three_jobs, make_policy("optsched"), config=EXACT)
+    sim.run()
+    decided = sum(1 for s in sim.log.decisions["seconds"] if s > 0)
+    assert decided > 0 and len(calls) >= decided
+
+
 def test_oracle_runtime_mode_shows_truth_and_default_shows_estimate() -> None:
     jobs = [TraceJob("A", "t1", 1, 0.0, 100.0, estimate_s=70.0),
             TraceJob("B", "t1", 1, 0.0, 100.0, estimate_s=70.0)]
