@@ -262,13 +262,23 @@ class NodePool:
         bisect.insort(self.buckets[node.type][len(node.free)], node.index)
 
     def _take(self, node: _Node, k: int, shape: Shape | None) -> list[GpuRef]:
+        return [self._ref(node.id, g) for g in self._take_idx(node, k, shape)]
+
+    def _take_idx(self, node: _Node, k: int, shape: Shape | None) -> list[int]:
+        """:meth:`_take` as GPU indices (no ``GpuRef`` built: :meth:`fits` gives them back)."""
         before = len(node.free)
         taken, node.free = node.free[:k], node.free[k:]
         self._move(node, before)
         self.total[node.type] -= k
         if shape is not None:
             self._charge(node, shape, 1)
-        return [self._ref(node.id, g) for g in taken]
+        return taken
+
+    def _give_idx(self, taken: list[tuple[_Node, list[int]]], shape: Shape) -> None:
+        """Give back whole GPUs taken by :meth:`_take_idx` (as :meth:`release` does)."""
+        for node, gpus in taken:
+            self._give(node, gpus)
+            self._charge(node, shape, -1)
 
     def _ref(self, nid: str, g: int) -> GpuRef:
         ref = self._refs.get((nid, g))
@@ -426,17 +436,24 @@ class NodePool:
     def _pieces(
         self, t: str, shape: Shape, inside: tuple[int, tuple[str, ...]] | None
     ) -> list[GpuRef] | None:
-        out: list[tuple[_Node, list[GpuRef]]] = []
+        got = self._pieces_idx(t, shape, inside)
+        if got is None:
+            return None
+        return [self._ref(node.id, g) for node, gpus in got for g in gpus]
+
+    def _pieces_idx(
+        self, t: str, shape: Shape, inside: tuple[int, tuple[str, ...]] | None
+    ) -> list[tuple[_Node, list[int]]] | None:
+        out: list[tuple[_Node, list[int]]] = []
         used: set[int] = set()
         for p in shape.pieces:
             node = self._best(t, p, shape, used, inside, self.best_fit and len(shape.pieces) > 1)
             if node is None:
-                for _, refs in out:
-                    self.release(refs, shape)
+                self._give_idx(out, shape)
                 return None
             used.add(node.index)
-            out.append((node, self._take(node, p, shape)))
-        return [r for _, refs in out for r in refs]
+            out.append((node, self._take_idx(node, p, shape)))
+        return out
 
     def _domains(self, t: str, level: int) -> list[tuple[int, tuple[str, ...]]]:
         """The domains of ``level`` that have free GPUs of type ``t``, fewest free GPUs first."""
@@ -457,23 +474,36 @@ class NodePool:
             return self._place_share(t, shape)
         if shape.spread:
             return self._place_spread(t, shape)
+        got = self._place_pieces(t, shape)
+        if got is None:
+            return None
+        return [self._ref(node.id, g) for node, gpus in got for g in gpus]
+
+    def _place_pieces(self, t: str, shape: Shape) -> list[tuple[_Node, list[int]]] | None:
+        """:meth:`place` of a job of whole GPUs in pieces on nodes, as (node, GPU indices)."""
         if self.total[t] < shape.gpus:
             return None
         if shape.level >= 0 and self.levels:
             for inside in self._domains(t, shape.level):
-                got = self._pieces(t, shape, inside)
+                got = self._pieces_idx(t, shape, inside)
                 if got is not None:
                     return got
             if shape.required:
                 return None
-        return self._pieces(t, shape, None)
+        return self._pieces_idx(t, shape, None)
 
     def fits(self, t: str, shape: Shape) -> bool:
         """Whether :meth:`place` would place it (nothing is taken)."""
-        got = self.place(t, shape)
+        if shape.fractional or shape.spread:
+            refs = self.place(t, shape)
+            if refs is None:
+                return False
+            self.release(refs, shape)
+            return True
+        got = self._place_pieces(t, shape)
         if got is None:
             return False
-        self.release(got, shape)
+        self._give_idx(got, shape)
         return True
 
     def _place_spread(self, t: str, shape: Shape) -> list[GpuRef] | None:
