@@ -45,6 +45,8 @@ from optsched.predict.features import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from optsched.engine.state import ClusterState
     from optsched.schema.snapshot import Job
 
@@ -165,8 +167,10 @@ class LightGBMPredictor:
         return tuple(p for p in PREDICTORS if p not in self.boosters)
 
     # -------------------------------------------------------------------------- jobs
-    def predict_jobs(self, state: ClusterState) -> Predictions:
-        jobs = list(state.snapshot.jobs)
+    def predict_jobs(self, state: ClusterState, jobs: Sequence[Job] | None = None) -> Predictions:
+        """Estimates for every job of the snapshot, or for ``jobs`` of it only (each job's
+        estimate depends on the job and the snapshot's GPU types alone)."""
+        jobs = list(state.snapshot.jobs) if jobs is None else list(jobs)
         rt_b = self.boosters.get("runtime")
         runtimes: list[tuple[float, str]]
         if rt_b is not None:

@@ -713,6 +713,55 @@ class AntManPolicy(_Heuristic):
 
 
 # --------------------------------------------------------------------------- optsched
+class ReplayPredictor:
+    """The engine's trained predictor with each job's estimate kept for the replay.
+
+    The simulator builds a job's ``Job`` once when it arrives (its features never change after)
+    and once when it starts, with the same prediction inputs, so an estimate made once holds
+    for the job's lifetime: only jobs not seen yet (by id and size, and the very features
+    object they carry) are predicted, each as it would be in a full call (a job's estimate
+    depends on the job and the GPU types alone). Without a base that predicts a subset of a
+    snapshot's jobs, every call goes to the base.
+    """
+
+    def __init__(self, base: Any) -> None:
+        self.base = base
+        self.name = base.name
+        self._jobs: dict[tuple[str, int], tuple[object, JobEstimate]] = {}
+        self._source = ""
+        try:
+            from optsched.predict.lgbm import LightGBMPredictor
+        except ImportError:  # pragma: no cover - lightgbm is a dependency
+            self._subset = False
+        else:
+            self._subset = isinstance(base, LightGBMPredictor)
+
+    def predict_jobs(self, state: ClusterState) -> Predictions:
+        if not self._subset:
+            preds: Predictions = self.base.predict_jobs(state)
+            return preds
+        out: dict[str, JobEstimate] = {}
+        todo: list[Job] = []
+        for job in state.snapshot.jobs:
+            got = self._jobs.get((job.id, job.gpus))
+            if got is not None and got[0] is job.features:
+                out[job.id] = got[1]
+            else:
+                todo.append(job)
+        if todo or not self._source:
+            fresh = self.base.predict_jobs(state, todo)
+            self._source = fresh.source
+            for job in todo:
+                est = fresh.jobs[job.id]
+                self._jobs[(job.id, job.gpus)] = (job.features, est)
+                out[job.id] = est
+        return Predictions(jobs={j.id: out[j.id] for j in state.snapshot.jobs}, source=self._source)
+
+    def predict_pair(self, state: ClusterState, host: Job, guest: Job) -> PairEstimate:
+        pair: PairEstimate = self.base.predict_pair(state, host, guest)
+        return pair
+
+
 class OraclePredictor:
     """Returns the simulator's ground truth: true total runtime, memory and pair speeds.
 
@@ -780,7 +829,11 @@ class OptschedPolicy:
             self.predictor = EstimatePredictor()
         elif predictor != "trained":
             raise ValueError(f"unknown predictor '{predictor}' (trained, fallback, oracle)")
-        # "trained": None lets solve_epoch use its default (trained models when present)
+        else:
+            # the engine's default (trained models when present), each job predicted once
+            from optsched.engine.epoch import default_predictor
+
+            self.predictor = ReplayPredictor(default_predictor())
 
     def decide(self, snapshot: Snapshot, state: ClusterState) -> Decision:
         from optsched.engine.epoch import DEFAULT_BACKEND, solve_epoch

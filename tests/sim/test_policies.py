@@ -8,8 +8,9 @@ import json
 import pytest
 
 from optsched.engine.state import ClusterState
+from optsched.predict.base import Predictions
 from optsched.schema.decision import Decision
-from optsched.schema.snapshot import Snapshot
+from optsched.schema.snapshot import Job, Snapshot
 from optsched.sim.cluster import SimConfig, Simulator
 from optsched.sim.metrics import summarize
 from optsched.sim.policies import POLICIES, make_policy
@@ -111,3 +112,37 @@ def test_optsched_decisions_pass_checker(predictor: str) -> None:
     m = summarize(log)
     assert m["unfinished"] == 0
     assert log.decisions["t"]
+
+
+def test_replay_predictor_gives_the_base_predictors_estimates_and_sees_new_features() -> None:
+    """optsched's predictor in a replay predicts each job once: every call equals a full call of
+    the engine's predictor, and a job whose features object was replaced is predicted again."""
+    from optsched.engine.epoch import default_predictor
+    from optsched.engine.state import ClusterState, parse_snapshot
+    from optsched.instances import generate
+    from optsched.sim.policies import ReplayPredictor
+
+    base = default_predictor()
+    asked: list[int] = []
+
+    class Counting:
+        name = base.name
+
+        def predict_jobs(self, state: ClusterState, jobs: list[Job] | None = None) -> Predictions:
+            asked.append(len(state.snapshot.jobs) if jobs is None else len(jobs))
+            return base.predict_jobs(state, jobs)  # type: ignore[call-arg]
+
+    memo = ReplayPredictor(base)
+    memo.base = Counting()
+    snap = parse_snapshot(generate("medium", 0))
+    first = ClusterState.from_snapshot(snap)
+    assert memo.predict_jobs(first) == base.predict_jobs(first)
+    assert memo.predict_jobs(first) == base.predict_jobs(first)
+    assert asked == [len(snap.jobs)]  # the second call predicted nothing
+    jobs = list(snap.jobs)
+    changed = range(0, len(jobs), 3)
+    for k in changed:
+        jobs[k] = jobs[k].model_copy(update={"features": {"name": f"other-{k}", "user": "u001"}})
+    second = ClusterState.from_snapshot(snap.model_copy(update={"jobs": jobs}))
+    assert memo.predict_jobs(second) == base.predict_jobs(second)
+    assert asked == [len(snap.jobs), len(changed)]
