@@ -195,6 +195,8 @@ def _try_start(led: _EventLedger, job: Job, on_loan: bool) -> bool:
         inside = led.own[key] + job.gpus <= state.quota(job.tenant, t)
         if inside == on_loan:
             continue
+        if on_loan and state.borrow_limit(job.tenant, t) == 0:
+            continue  # no loan can cover it (what ``_covered`` would find, without the nodes)
         shape = shape_of(state, job, t)
         if not led.placer.fits(t, shape) or not _covered(led, key, job.gpus):
             continue
