@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import itertools
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -199,8 +200,20 @@ def _node_views(state: ClusterState, predictions: Predictions) -> dict[str, list
     return out
 
 
+_Ready = dict[int, list[tuple[float, int, _NodeView]]]
+"""Piece size -> the nodes of one type's views that can ever hold it, by when (then snapshot
+order): sorted once per planning call."""
+
+
+def _ready(views: list[_NodeView], p: int, now: float, memo: _Ready) -> list[tuple[float, int, _NodeView]]:
+    got = memo.get(p)
+    if got is None:
+        got = memo[p] = sorted((r, v.index, v) for v in views if (r := v.ready(p, now)) is not None)
+    return got
+
+
 def _node_start(
-    views: list[_NodeView], pieces: tuple[int, ...], now: float
+    views: list[_NodeView], pieces: tuple[int, ...], now: float, memo: _Ready | None = None
 ) -> tuple[float, dict[str, int]] | None:
     """The earliest predicted time ``T`` at which free nodes hold ``pieces`` (one node each) and
     the GPUs to hold per node for them: the largest pieces first, each on the node predicted to
@@ -208,14 +221,13 @@ def _node_start(
     there predicted to end by ``T``. None when the nodes can never hold them."""
     used: set[int] = set()
     chosen: list[tuple[_NodeView, int, float]] = []
+    memo = {} if memo is None else memo
     for p in sorted(set(pieces), reverse=True):
         k = pieces.count(p)
-        ready = sorted(
-            (r, v.index, v) for v in views if v.index not in used and (r := v.ready(p, now)) is not None
-        )
+        ready = list(itertools.islice((x for x in _ready(views, p, now, memo) if x[1] not in used), k))
         if len(ready) < k:
             return None
-        for r, _, v in ready[:k]:
+        for r, _, v in ready:
             used.add(v.index)
             chosen.append((v, p, r))
     start = max(r for _, _, r in chosen)
@@ -247,6 +259,7 @@ def plan_reservations(state: ClusterState, predictions: Predictions, lp: Lookahe
         return Reservations()
     free, ends = _kept_profile(state, predictions)
     views: dict[str, list[_NodeView]] | None = None
+    memo: dict[str, _Ready] = {}  # per type
     holds: list[Reservation] = []
     taken: set[str] = set()
     for job in big:
@@ -260,7 +273,7 @@ def plan_reservations(state: ClusterState, predictions: Predictions, lp: Lookahe
             if shape.pieces and not shape.fractional:
                 if views is None:
                     views = _node_views(state, predictions)
-                got = _node_start(views.get(t, []), shape.pieces, now)
+                got = _node_start(views.get(t, []), shape.pieces, now, memo.setdefault(t, {}))
                 if got is None:
                     continue
                 if got[0] <= now:

@@ -317,9 +317,14 @@ class ClusterState:
     @functools.cached_property
     def _capacity(self) -> dict[str, int]:
         cap = {t: 0 for t in self.type_names}
-        types = self._node_types
-        for node_id, _ in self._cluster_gpus:
-            cap[types[node_id]] += 1
+        pool = self.pool_gpus
+        for node in self.snapshot.nodes:
+            if not node.available:
+                continue
+            n = node.gpus
+            if pool:
+                n -= sum(1 for g in range(node.gpus) if (node.id, g) in pool)
+            cap[node.gpu_type] += n
         return cap
 
     def quota(self, tenant: str, gpu_type: str) -> int:
