@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from optsched.engine import assurance as asr
@@ -102,25 +102,37 @@ def _node_records(
     levels = state.topology_levels
     pool = state.pool_gpus
     kept = kept or {}
-    used_milli: dict[GpuKey, int] = defaultdict(int)
-    held: set[GpuKey] = set()
+    used_milli: Mapping[GpuKey, int]
+    held: Collection[GpuKey]
     cpu_used: dict[str, int] = defaultdict(int)
     mem_used: dict[str, int] = defaultdict(int)
-    for job in state.running():
-        if job.id in stopped:
-            continue
-        alloc = kept.get(job.id, job.allocation or [])
-        for ref in alloc:
-            key = (ref.node, ref.gpu)
-            if key in released:
+    if not stopped and not released and not kept:
+        # every running job holds its GPUs: the state's holders and shares say which
+        held, used_milli = state.gpu_holders, state.gpu_shares
+        for job in state.running():
+            if job.cpu_milli or job.memory_mib:
+                for nid in {ref.node for ref in job.allocation or ()}:
+                    cpu_used[nid] += job.cpu_milli or 0
+                    mem_used[nid] += job.memory_mib or 0
+    else:
+        milli: dict[GpuKey, int] = defaultdict(int)
+        taken: set[GpuKey] = set()
+        for job in state.running():
+            if job.id in stopped:
                 continue
-            held.add(key)
-            if job.is_fractional:
-                used_milli[key] += job.gpu_milli or 0
-        if job.cpu_milli or job.memory_mib:
-            for nid in {ref.node for ref in alloc}:
-                cpu_used[nid] += job.cpu_milli or 0
-                mem_used[nid] += job.memory_mib or 0
+            alloc = kept.get(job.id, job.allocation or [])
+            for ref in alloc:
+                key = (ref.node, ref.gpu)
+                if key in released:
+                    continue
+                taken.add(key)
+                if job.is_fractional:
+                    milli[key] += job.gpu_milli or 0
+            if job.cpu_milli or job.memory_mib:
+                for nid in {ref.node for ref in alloc}:
+                    cpu_used[nid] += job.cpu_milli or 0
+                    mem_used[nid] += job.memory_mib or 0
+        held, used_milli = taken, milli
     out: list[NodeRecord] = []
     for i, n in enumerate(snap.nodes):
         if not n.available:
