@@ -429,10 +429,12 @@ gangs. ``medium-highs``: the running jobs are past their predicted runtimes, so 
 predicted to end at the next epoch (``MIN_REMAINING_S``) and the 64-GPU gang's start stays one
 epoch away; at epoch 41 short jobs are backfilled onto the one held node, at 42 that node has no
 free GPU to hold and the gang's eight equally ready nodes (ties by snapshot order) hold nothing,
-so guaranteed starts stop the backfilled jobs. Two fixes were tried and reverted: a preemption
-cost of at least the value a job was started for (the flip stayed: it comes from the released
-node, not from values), and keeping the jobs on a reservation's chosen nodes from being priority
-victims (the chosen set moves from epoch to epoch, and the runs moved more)."""
+so guaranteed starts stop the backfilled jobs. Three fixes were tried and reverted (each failed
+all six runs at scale): a preemption cost of at least the value a job was started for (the flip
+stayed: it comes from the released node, not from values); keeping the jobs on a reservation's
+chosen nodes from being priority victims (the chosen set moves from epoch to epoch, and the runs
+moved more); an overdue job's remaining time growing with its overrun (``max(60, runtime -
+elapsed, elapsed - runtime)``: the gangs' starts moved, and other epochs swapped)."""
 
 
 def _node_loss_case(size: str, backend_name: str) -> Any:
