@@ -553,7 +553,7 @@ class NodePool:
                 del lst[k]
                 self._share(node, g, free - shape.milli)
                 self._charge(node, shape, 1)
-                return [GpuRef.model_construct(node=node.id, gpu=g)]
+                return [self._ref(node.id, g)]
         node = self._best(t, 1, shape, set(), None)
         if node is None:
             return None
