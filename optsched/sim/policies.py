@@ -381,6 +381,46 @@ def fill_blocking(b: DecisionBuilder, order: list[Job]) -> None:
                 break
 
 
+class _Hosts:
+    """The MPS host candidates of a decision (:meth:`DecisionBuilder.hosts`) in one order,
+    kept as jobs start (a job started alone is a host) and hosts take a guest (it is no longer
+    one), instead of listing and sorting every running job again for each waiting job.
+
+    :meth:`for_guest` gives the hosts a guest may try, in order, less those the guest can never
+    share with (:meth:`DecisionBuilder.can_share`): hosts of other tenants when the guest's
+    tenant may borrow nothing on any type, and, with ``by_gpus``, hosts with fewer GPUs than the
+    guest. The first host that takes the guest is the one the full sorted list would give.
+    """
+
+    def __init__(self, b: DecisionBuilder, key: Callable[[Job], tuple[Any, ...]], *,
+                 by_gpus: bool = False) -> None:
+        st = b.state
+        self.key = key
+        self.by_gpus = by_gpus
+        self.all: list[tuple[tuple[Any, ...], Job]] = []
+        self.mine: dict[str, list[tuple[tuple[Any, ...], Job]]] = defaultdict(list)
+        self.own_only = {ten: all(st.borrow_limit(ten, t) == 0 for t in st.type_names)
+                         for ten in st.tenant_ids}
+        for h in b.hosts():
+            self.add(h)
+
+    def add(self, host: Job) -> None:
+        item = (self.key(host), host)
+        bisect.insort(self.all, item, key=lambda x: x[0])
+        bisect.insort(self.mine[host.tenant], item, key=lambda x: x[0])
+
+    def remove(self, host: Job) -> None:
+        for items in (self.all, self.mine[host.tenant]):
+            k = bisect.bisect_left(items, self.key(host), key=lambda x: x[0])
+            assert items[k][1] is host
+            del items[k]
+
+    def for_guest(self, guest: Job) -> list[Job]:
+        items = self.mine[guest.tenant] if self.own_only[guest.tenant] else self.all
+        lo = bisect.bisect_left(items, (guest.gpus,), key=lambda x: x[0]) if self.by_gpus else 0
+        return [h for _, h in items[lo:]]
+
+
 class _Heuristic:
     name = "heuristic"
     backfill = True
@@ -522,11 +562,16 @@ class GandivaPolicy(_Heuristic):
     clock_free = True
 
     def fill(self, b: DecisionBuilder, order: list[Job]) -> None:
+        hosts = _Hosts(b, lambda h: (h.gpus, h.id), by_gpus=True)  # (smallest host first)
         for job in order:
             if b.start(job):
+                hosts.add(job)
                 continue
-            for host in sorted(b.hosts(), key=lambda h: (h.gpus, h.id)):
+            if not job.is_shareable:
+                continue
+            for host in hosts.for_guest(job):
                 if b.start_guest(job, host):
+                    hosts.remove(host)
                     break
 
 
@@ -667,14 +712,16 @@ class AntManPolicy(_Heuristic):
         for job in order:
             if job.qos != "guaranteed" or (not b.start(job, own_only=True) and not self._make_room(b, job)):
                 opportunistic.append(job)
+        hosts = _Hosts(b, lambda h: (-self._room(b, h), h.id))  # (most free memory first)
         for job in opportunistic:
             if b.start(job):
+                hosts.add(job)
                 continue
             if job.gpus > self.max_guest_gpus or not job.is_shareable:
                 continue
-            room = {h.id: self._room(b, h) for h in b.hosts()}
-            for host in sorted(b.hosts(), key=lambda h: (-room[h.id], h.id)):
+            for host in hosts.for_guest(job):
                 if b.start_guest(job, host):
+                    hosts.remove(host)
                     break
         return b.decision(self.name, order, time.perf_counter() - t0)
 

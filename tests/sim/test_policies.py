@@ -13,7 +13,7 @@ from optsched.schema.decision import Decision
 from optsched.schema.snapshot import Job, Snapshot
 from optsched.sim.cluster import SimConfig, Simulator
 from optsched.sim.metrics import summarize
-from optsched.sim.policies import POLICIES, make_policy
+from optsched.sim.policies import POLICIES, AntManPolicy, DecisionBuilder, GandivaPolicy, make_policy
 from optsched.sim.runner import RunSpec, run_one
 from optsched.sim.trace import Trace, load_trace
 
@@ -146,3 +146,57 @@ def test_replay_predictor_gives_the_base_predictors_estimates_and_sees_new_featu
     second = ClusterState.from_snapshot(snap.model_copy(update={"jobs": jobs}))
     assert memo.predict_jobs(second) == base.predict_jobs(second)
     assert asked == [len(snap.jobs), len(changed)]
+
+
+class _GandivaFullScan(GandivaPolicy):
+    """Gandiva-like as first written: every running host listed and sorted again per job."""
+
+    def fill(self, b: DecisionBuilder, order: list[Job]) -> None:
+        for job in order:
+            if b.start(job):
+                continue
+            for host in sorted(b.hosts(), key=lambda h: (h.gpus, h.id)):
+                if b.start_guest(job, host):
+                    break
+
+
+class _AntManFullScan(AntManPolicy):
+    """AntMan-like as first written (opportunistic guests: every host's room per job)."""
+
+    def decide(self, snapshot: Snapshot, state: ClusterState) -> Decision:
+        b = DecisionBuilder(state)
+        order = sorted(state.pending(), key=lambda j: (j.submit_s, j.id))
+        opportunistic: list[Job] = []
+        for job in order:
+            if job.qos != "guaranteed" or (not b.start(job, own_only=True) and not self._make_room(b, job)):
+                opportunistic.append(job)
+        for job in opportunistic:
+            if b.start(job):
+                continue
+            if job.gpus > self.max_guest_gpus or not job.is_shareable:
+                continue
+            room = {h.id: self._room(b, h) for h in b.hosts()}
+            for host in sorted(b.hosts(), key=lambda h: (-room[h.id], h.id)):
+                if b.start_guest(job, host):
+                    break
+        return b.decision(self.name, order, 0.0)
+
+
+@pytest.mark.parametrize("mode", ["pooled", "partitioned"])
+@pytest.mark.parametrize("policy", ["gandiva", "antman"])
+def test_host_index_decides_as_the_full_host_scan(policy: str, mode: str, mini: Trace) -> None:
+    """Gandiva-like and AntMan-like keep their MPS host candidates in one sorted index
+    (``_Hosts``) instead of listing and sorting every host again for each waiting job: at every
+    decision of a mini replay, both modes, the decision is the full scan's, and guests start."""
+    ref = _GandivaFullScan() if policy == "gandiva" else _AntManFullScan()
+    seen = {"n": 0, "guests": 0}
+
+    def same(snap: Snapshot, decision: Decision) -> None:
+        want = ref.decide(snap, ClusterState.from_snapshot(snap))
+        assert [s.model_dump() for s in decision.start] == [s.model_dump() for s in want.start]
+        assert decision.preempt == want.preempt and decision.loans == want.loans
+        seen["n"] += 1
+        seen["guests"] += sum(1 for s in decision.start if s.colocated_with)
+
+    Simulator(mini, make_policy(policy), seed=0, config=SimConfig(mode=mode), on_decision=same).run()
+    assert seen["n"] > 50 and seen["guests"] > 5
