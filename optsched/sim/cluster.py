@@ -111,6 +111,26 @@ def clock_free(policy: Any) -> bool:
     return value
 
 
+STARTS_BY = ("alone", "guest", "quota")
+"""The ways a :func:`starts_by` policy may start a job."""
+
+
+def starts_by(policy: Any) -> frozenset[str]:
+    """What ``policy`` declares in ``starts_by``: it keeps no state between decisions, and its
+    decision starts, stops or resizes something only if some waiting job can start in one of
+    the ways it names, and its loans are a pure function of the running jobs' use (as for
+    :func:`idle_when_nothing_fits`): ``"alone"`` on GPUs no running job holds, of a type it may
+    use (inside its tenant's quota where tenants may not borrow); ``"guest"`` as the MPS guest
+    of a running job that holds its GPUs alone; ``"quota"`` by preempting other work so that it
+    runs inside its tenant's quota (reclaim). The simulator tests a necessary condition of each
+    (:meth:`Simulator._could_start`) and, when none holds, logs the decision without asking the
+    policy. Empty: no such promise."""
+    value = getattr(policy, "starts_by", ())
+    if isinstance(value, str) or set(value) - set(STARTS_BY):
+        raise ValueError(f"starts_by must name some of {STARTS_BY}, not {value!r}")
+    return frozenset(value)
+
+
 EPOCH, TRIGGER, EVENT = 0, 1, 2
 """``job`` field of a DECIDE event: an epoch tick, a (min-gap) trigger, an event decision."""
 
@@ -436,7 +456,11 @@ class Simulator:
         """Per placeable job: (tenant, GPU types it may use, fewest GPUs it starts on)."""
         self._pending_fit: dict[tuple[str, tuple[str, ...], int], int] = defaultdict(int)
         """How many pending jobs have each ``_fit_key`` (see :meth:`_could_start`)."""
+        self._spread_keys: set[tuple[str, tuple[str, ...], int]] = set()
+        """``_fit_key`` of the elastic jobs: they may spread over nodes (the engine's rule), the
+        others take their default node shape (:func:`optsched.engine.shape.default_pieces`)."""
         self._skip_idle = idle_when_nothing_fits(policy) if on_decision is None else None
+        self._starts_by = starts_by(policy) if on_decision is None and not self._skip_idle else frozenset()
         self._fifo: dict[str, list[tuple[float, str, int]]] = defaultdict(list)
         """Per queue (the tenant when tenants may not borrow, else ``""``: one queue), the
         (submit_s, id, index) of its pending jobs, a heap; entries of jobs no longer pending
@@ -462,6 +486,8 @@ class Simulator:
             else:
                 need = min(sj.gpus, spec_min) if (spec_min := sj.spec.min_gpus) else sj.gpus
                 self._fit_key[sj.i] = (sj.tenant, allowed, need)
+                if sj.spec.min_gpus is not None or sj.spec.max_gpus is not None:
+                    self._spread_keys.add(self._fit_key[sj.i])
         if self._unplaceable:
             self.log.notes.append(f"{len(self._unplaceable)} job(s) larger than the cluster")
 
@@ -615,18 +641,51 @@ class Simulator:
         if not self._pending_fit[key]:
             del self._pending_fit[key]
 
-    def _could_start(self) -> bool:
-        """Whether some pending job could start alone on free GPUs: a type it may use has as
-        many GPUs not held by a running job as it needs, inside its tenant's quota of that type
-        when tenants may not borrow (``partitioned``). A necessary condition of any start of an
-        :func:`idle_when_nothing_fits` policy, checked per distinct (tenant, types, GPUs) of
-        the queue, not per job (only the first job's of each queue, for ``"head"``)."""
-        held: dict[str, int] = defaultdict(int)
-        node_type = self.node_type
+    def _free_nodes(self) -> dict[str, list[int]]:
+        """Per GPU type, the GPUs no running job holds on each node that has any, most first."""
+        used: dict[int, int] = defaultdict(int)
         for n, _ in self.owner:
-            held[node_type[n]] += 1
-        free = {t: c - held[t] for t, c in self._caps.items()}
+            used[n] += 1
+        out: dict[str, list[int]] = defaultdict(list)
+        for n, t in enumerate(self.node_type):
+            f = self.node_gpus[n] - used.get(n, 0)
+            if f > 0:
+                out[t].append(f)
+        for counts in out.values():
+            counts.sort(reverse=True)
+        return out
+
+    def _fits_free(self, key: tuple[str, tuple[str, ...], int], free: dict[str, list[int]]) -> bool:
+        """Whether a job of ``_fit_key`` ``key`` fits GPUs no running job holds on a type it
+        may use, inside its tenant's quota of that type when tenants may not borrow
+        (``partitioned``), in its node shape: the k-th largest piece of its default shape
+        (:func:`optsched.engine.shape.default_pieces`) needs the k-th most free node to have
+        as many free GPUs (an elastic job: as many free GPUs in all). A necessary condition of
+        any placement the engine's node pool makes (it may also count CPU, memory, topology)."""
+        ten, types, need = key
         own, quota = self.own_use, self.quota
+        for t in types:
+            if self._no_borrow and own.get((ten, t), 0) + need > quota.get((ten, t), 0):
+                continue
+            nodes = free.get(t, ())
+            if key in self._spread_keys:
+                if sum(nodes) >= need:
+                    return True
+                continue
+            pieces = default_pieces(need, self._largest[t])
+            if len(nodes) >= len(pieces) and all(nodes[k] >= p for k, p in enumerate(pieces)):
+                return True
+        return False
+
+    def _could_start(self) -> bool:
+        """Whether some pending job could start: a necessary condition of any start of an
+        :func:`idle_when_nothing_fits` policy (alone on free GPUs in its node shape,
+        :meth:`_fits_free`; only the first job of each queue for ``"head"``) or of a
+        :func:`starts_by` policy (each way it names: ``alone`` as above, ``quota`` its
+        tenant's own use of a type it may use plus its GPUs inside its quota, ``guest``
+        :meth:`_could_host`). Checked per distinct (tenant, types, GPUs) of the queue, not per
+        job, but for ``guest``."""
+        free = self._free_nodes()
         keys: Iterable[tuple[str, tuple[str, ...], int]] = self._pending_fit
         if self._skip_idle == "head":
             heads = []
@@ -638,13 +697,43 @@ class Simulator:
                 else:
                     del self._fifo[queue]
             keys = heads
-        for ten, types, need in keys:
-            for t in types:
-                if free.get(t, 0) < need:
-                    continue
-                if self._no_borrow and own.get((ten, t), 0) + need > quota.get((ten, t), 0):
-                    continue
+        by = self._starts_by or {"alone"}
+        if "alone" in by and any(self._fits_free(key, free) for key in keys):
+            return True
+        if "quota" in by:
+            own, quota = self.own_use, self.quota
+            if any(own.get((ten, t), 0) + need <= quota.get((ten, t), 0)
+                   for ten, types, need in keys for t in types):
                 return True
+        return "guest" in by and self._could_host()
+
+    def _could_host(self) -> bool:
+        """Whether some running job could be the MPS host of some pending one: a shareable
+        pending job with a known memory, and a running shareable job that holds its GPUs alone
+        (no guest, not a guest) with at least its GPUs, on an MPS type it may use, with memory
+        for both (of its own tenant when tenants may not borrow)."""
+        hosts: dict[tuple[str, str], list[tuple[int, float]]] = defaultdict(list)
+        for r in self.running.values():
+            rj = r.pending_job
+            assert rj is not None
+            if r.host is None and r.guest is None and rj.is_shareable and rj.memory_gib is not None:
+                t = r.gpu_type
+                if self._types[t].mps:
+                    hosts[(r.tenant if self._no_borrow else "", t)].append((r.gpus, rj.memory_gib))
+        if not hosts:
+            return False
+        for sj in self.pending.values():
+            job = sj.pending_job
+            assert job is not None
+            fit = self._fit_key.get(sj.i)
+            mem = job.memory_gib
+            if fit is None or mem is None or not job.is_shareable:
+                continue
+            ten = sj.tenant if self._no_borrow else ""
+            for t in fit[1]:
+                room = self._types[t].memory_gib + 1e-9 - mem
+                if any(g >= sj.gpus and m <= room for g, m in hosts.get((ten, t), ())):
+                    return True
         return False
 
     # ------------------------------------------------------------------ progress
@@ -776,7 +865,7 @@ class Simulator:
         self._n_decisions += 1
         if self._n_decisions % GC_EVERY == 0:
             gc.collect(1)
-        if self._skip_idle and self._record_idle(event):
+        if (self._skip_idle or self._starts_by) and self._record_idle(event):
             return
         if self._quiet is not None and self._quiet[0] == self._change_key():
             self._record_repeat(self._quiet[1], event)

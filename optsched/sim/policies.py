@@ -545,6 +545,7 @@ class KueuePolicy(_Heuristic):
 
     name = "kueue"
     clock_free = True  # reclaim chooses victims by start time, never by the clock
+    starts_by = ("alone", "quota")  # see optsched.sim.cluster.starts_by
 
     def fill(self, b: DecisionBuilder, order: list[Job]) -> None:
         for job in order:  # nominal quota, reclaiming lent quota when needed
@@ -560,6 +561,7 @@ class GandivaPolicy(_Heuristic):
 
     name = "gandiva"
     clock_free = True
+    starts_by = ("alone", "guest")  # see optsched.sim.cluster.starts_by
 
     def fill(self, b: DecisionBuilder, order: list[Job]) -> None:
         hosts = _Hosts(b, lambda h: (h.gpus, h.id), by_gpus=True)  # (smallest host first)
@@ -700,6 +702,7 @@ class AntManPolicy(_Heuristic):
 
     name = "antman"
     clock_free = True  # victims by (on loan, start time), never by the clock
+    starts_by = ("alone", "guest", "quota")  # see optsched.sim.cluster.starts_by
 
     def __init__(self, max_guest_gpus: int = 8) -> None:
         self.max_guest_gpus = max_guest_gpus

@@ -221,3 +221,42 @@ def test_clock_free_is_declared_only_by_policies_that_ignore_the_clock() -> None
 
     with pytest.raises(ValueError, match="clock_free must be True or False"):
         clock_free(Bad())
+
+
+class _NoPromise(_Counting):
+    """The same policy without its ``starts_by`` promise."""
+
+    starts_by = ()
+
+
+@pytest.mark.parametrize("policy", ["kueue", "gandiva", "antman"])
+@pytest.mark.parametrize("mode", ["pooled", "partitioned"])
+def test_starts_by_policies_are_not_asked_when_no_job_can_start(policy: str, mode: str) -> None:
+    """A policy that declares ``starts_by`` is not asked when no waiting job could start in a
+    way it names (alone in its node shape, as an MPS guest, by reclaim inside its quota): fewer
+    asks than without the promise, and the same event log (also the one of asking every time,
+    above)."""
+    trace = load_trace("mini", max_jobs=JOBS, load_scale=4.0)
+    cfg = SimConfig(mode=mode, load_scale=4.0)
+    promise, plain = _Counting(make_policy(policy)), _NoPromise(make_policy(policy))
+    fast = Simulator(trace, promise, seed=0, config=cfg).run()  # type: ignore[arg-type]
+    slow = Simulator(trace, plain, seed=0, config=cfg).run()  # type: ignore[arg-type]
+    assert 0 < promise.asked < plain.asked
+    for name in ("jobs", "segments", "preemptions", "assurance", "expected", "resizes"):
+        assert getattr(fast, name) == getattr(slow, name), name
+    for col, values in slow.decisions.items():
+        if col not in TIMINGS:
+            assert fast.decisions[col] == values, col
+
+
+def test_starts_by_is_validated() -> None:
+    from optsched.sim.cluster import starts_by
+
+    assert starts_by(make_policy("gandiva")) == {"alone", "guest"}
+    assert starts_by(make_policy("tiresias")) == frozenset()
+
+    class Bad:
+        starts_by = ("alone", "teleport")
+
+    with pytest.raises(ValueError, match="starts_by must name"):
+        starts_by(Bad())
