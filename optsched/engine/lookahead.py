@@ -260,6 +260,9 @@ def plan_reservations(state: ClusterState, predictions: Predictions, lp: Lookahe
     free, ends = _kept_profile(state, predictions)
     views: dict[str, list[_NodeView]] | None = None
     memo: dict[str, _Ready] = {}  # per type
+    # a gang's node start depends only on its type and pieces: a saturated queue holds many
+    # gangs of one shape (hundreds of 256-GPU jobs in one partition), each tried every call
+    starts: dict[tuple[str, tuple[int, ...]], tuple[float, dict[str, int]] | None] = {}
     holds: list[Reservation] = []
     taken: set[str] = set()
     for job in big:
@@ -271,9 +274,14 @@ def plan_reservations(state: ClusterState, predictions: Predictions, lp: Lookahe
         for k, t in enumerate(types):
             shape = shape_of(state, job, t)
             if shape.pieces and not shape.fractional:
-                if views is None:
-                    views = _node_views(state, predictions)
-                got = _node_start(views.get(t, []), shape.pieces, now, memo.setdefault(t, {}))
+                key = (t, shape.pieces)
+                if key in starts:
+                    got = starts[key]
+                else:
+                    if views is None:
+                        views = _node_views(state, predictions)
+                    got = _node_start(views.get(t, []), shape.pieces, now, memo.setdefault(t, {}))
+                    starts[key] = got
                 if got is None:
                     continue
                 if got[0] <= now:
@@ -422,6 +430,13 @@ class _Item:
     spans: list[tuple[int, int, int]]
     """Per start slot k (1-based): (k, first, last) instants of the profile it occupies."""
     value: int
+    rows: list[tuple[int, ...]] | None = None
+    """Per allowed type (as ``types``): the profile rows a start there takes GPUs of, the
+    type's own row first, then its tenant's row where the tenant's use of that type is capped
+    (``_Profile.caps``); None: the type's row only."""
+
+    def rows_of(self, pos: int) -> tuple[int, ...]:
+        return self.rows[pos] if self.rows is not None else (self.types[pos],)
 
 
 def _fits(row: list[int], first: int, last: int, g: int) -> bool:
@@ -429,16 +444,23 @@ def _fits(row: list[int], first: int, last: int, g: int) -> bool:
 
 
 def _greedy_plan(items: list[_Item], free: list[list[int]]) -> list[tuple[int, int] | None]:
-    """Each item, in order, at its earliest slot and type whose instants hold it."""
+    """Each item, in order, at its earliest slot and type whose instants hold it (on every
+    row it takes GPUs of: the type's, and its tenant's where capped)."""
     out: list[tuple[int, int] | None] = []
     for it in items:
         got = None
         for k, first, last in it.spans:
-            t = next((t for t in it.types if _fits(free[t], first, last, it.gpus)), None)
-            if t is not None:
-                got = (k, t)
-                for x in range(first, last + 1):
-                    free[t][x] -= it.gpus
+            pos = next(
+                (pos for pos in range(len(it.types))
+                 if all(_fits(free[r], first, last, it.gpus) for r in it.rows_of(pos))),
+                None,
+            )
+            if pos is not None:
+                got = (k, it.types[pos])
+                for r in it.rows_of(pos):
+                    row = free[r]
+                    for x in range(first, last + 1):
+                        row[x] -= it.gpus
                 break
         out.append(got)
     return out
@@ -459,16 +481,17 @@ def _cpsat_plan(
     """The slot model: at most one (slot, type) per item, per-type capacity at every instant of
     the profile; maximise value x earliness. None when it finds nothing better than the hint."""
     # the (slot, type) choices that fit alone, counted before any model is built
-    cands: list[list[tuple[int, int, int, int]]] = []
+    cands: list[list[tuple[int, int, int, int, tuple[int, ...]]]] = []
     terms = 0
     for it in items:
         got = [
-            (k, t, first, last)
+            (k, t, first, last, rows)
             for k, first, last in it.spans
-            for t in it.types
-            if _fits(free[t], first, last, it.gpus)
+            for pos, t in enumerate(it.types)
+            for rows in (it.rows_of(pos),)
+            if all(_fits(free[r], first, last, it.gpus) for r in rows)
         ]
-        terms += sum(last - first + 1 for _, _, first, last in got)
+        terms += sum((last - first + 1) * len(rows) for _, _, first, last, rows in got)
         if terms > MAX_PLAN_TERMS:
             return None
         cands.append(got)
@@ -479,11 +502,12 @@ def _cpsat_plan(
     use: dict[tuple[int, int], list[tuple[int, cp_model.IntVar]]] = defaultdict(list)
     for i, (it, got) in enumerate(zip(items, cands, strict=True)):
         row = []
-        for k, t, first, last in got:
+        for k, t, first, last, rows in got:
             v = m.new_bool_var(f"x{i}_{k}_{t}")
             row.append((k, t, v))
-            for x in range(first, last + 1):
-                use[(t, x)].append((it.gpus, v))
+            for r in rows:
+                for x in range(first, last + 1):
+                    use[(r, x)].append((it.gpus, v))
             m.add_hint(v, hint[i] == (k, t))
         if row:
             m.add_at_most_one(v for _, _, v in row)
@@ -522,6 +546,12 @@ class _Profile:
     """Per type index, per instant: the free GPUs (below zero where a gang is planned beyond them)."""
     events: list[list[tuple[float, int]]]
     """Per type index, sorted: GPUs freed (+) at predicted ends and taken (-) by reserved gangs."""
+    caps: list[list[int]] = field(default_factory=list)
+    """Per (tenant, type) whose use is capped (a ``borrow_limit`` on the type: at most quota
+    plus that limit, 0 for a hard partition), per instant: the GPUs it may still take. Row
+    ``len(free) + k`` of the plan for the k-th key of ``cap_row``."""
+    cap_row: dict[tuple[str, int], int] = field(default_factory=dict)
+    """(tenant, type index) -> its row in the plan (``len(free) + k``)."""
 
 
 def _occupancy(
@@ -530,17 +560,17 @@ def _occupancy(
     predictions: Predictions,
     holds: list[Reservation],
     cap: dict[str, int],
-) -> tuple[list[tuple[str, float, float, int]], dict[str, int], dict[str, float]]:
+) -> tuple[list[tuple[str, float, float, int, str]], dict[str, int], dict[str, float]]:
     """Who holds GPUs over [start, predicted end): kept running jobs, starts, reserved gangs.
 
-    Returns ``held_by`` (type, start, predicted end, GPUs), the GPUs free now per type (capacity
+    Returns ``held_by`` (type, start, predicted end, GPUs, tenant), the GPUs free now per type (capacity
     less the kept running jobs and the starts) and the expected start of each reserved gang
     (its ``T``)."""
     snap = state.snapshot
     now = snap.now
     types = state.type_names
     stopped = {p.job for p in decision.preempt}
-    held_by: list[tuple[str, float, float, int]] = []
+    held_by: list[tuple[str, float, float, int, str]] = []
     free_now = {t: cap[t] for t in types}
     down = {n.id for n in snap.nodes if not n.available}
     for job in state.running():
@@ -551,19 +581,19 @@ def _occupancy(
             continue
         t = state.job_type(job)
         end = now + remaining_s(predictions.jobs[job.id].runtime_s, now, job.start_s)
-        held_by.append((t, now, end, job.gpus))
+        held_by.append((t, now, end, job.gpus, job.tenant))
         free_now[t] -= job.gpus
     for s in decision.start:
         if s.colocated_with:
             continue
         t = state.node_type(s.allocation[0].node)
         end = now + remaining_s(predictions.jobs[s.job].runtime_s, now, None)
-        held_by.append((t, now, end, len(s.allocation)))
+        held_by.append((t, now, end, len(s.allocation), state.job(s.job).tenant))
         free_now[t] -= len(s.allocation)
     expected: dict[str, float] = {}
     for h in holds:
         end = h.start_s + remaining_s(predictions.jobs[h.job].runtime_s, now, None)
-        held_by.append((h.gpu_type, h.start_s, end, h.gpus))
+        held_by.append((h.gpu_type, h.start_s, end, h.gpus, state.job(h.job).tenant))
         expected[h.job] = h.start_s
     return held_by, free_now, expected
 
@@ -572,11 +602,13 @@ def _profile(
     state: ClusterState,
     lp: LookaheadParams,
     cap: dict[str, int],
-    held_by: list[tuple[str, float, float, int]],
+    held_by: list[tuple[str, float, float, int, str]],
     holds: list[Reservation],
 ) -> _Profile:
     """The profile's instants (the slot starts and the reserved gangs' starts), the free GPUs
-    per type at each, and the events between the instants."""
+    per type at each, the events between the instants, and the rows of the tenants whose use
+    of a type is capped (``borrow_limit``): where tenants may not borrow (hard partitions) a
+    queued job waits for its own tenant's jobs to end, whatever else is free."""
     now, epoch, slots = state.snapshot.now, lp.epoch_s, lp.epochs
     types = state.type_names
     tindex = {t: k for k, t in enumerate(types)}
@@ -585,17 +617,31 @@ def _profile(
     free = [[cap[t]] * len(instants) for t in types]
     # between the instants: GPUs freed (+) at predicted ends and taken (-) by reserved gangs
     events: list[list[tuple[float, int]]] = [[] for _ in types]
-    for tname, start, end, g in held_by:
+    cap_row: dict[tuple[str, int], int] = {}
+    caps: list[list[int]] = []
+    for ten in state.tenant_ids:
+        for t in types:
+            lim = state.borrow_limit(ten, t)
+            if lim is not None:
+                cap_row[(ten, tindex[t])] = len(types) + len(caps)
+                caps.append([state.quota(ten, t) + lim] * len(instants))
+    for tname, start, end, g, ten in held_by:
         ti = tindex[tname]
+        span = range(bisect.bisect_left(instants, start), bisect.bisect_left(instants, end))
         row = free[ti]
-        for x in range(bisect.bisect_left(instants, start), bisect.bisect_left(instants, end)):
+        for x in span:
             row[x] -= g
+        r = cap_row.get((ten, ti))
+        if r is not None:
+            crow = caps[r - len(types)]
+            for x in span:
+                crow[x] -= g
         events[ti].append((end, g))
         if start > now:
             events[ti].append((start, -g))
     for ev in events:
         ev.sort()
-    return _Profile(instants, slot_at, free, events)
+    return _Profile(instants, slot_at, free, events, caps, cap_row)
 
 
 def _plan_items(
@@ -632,7 +678,10 @@ def _plan_items(
             spans.append((k, first, last))
         v = density.get(jid, 0.0) * job.gpus
         value = max(1, round(VALUE_SCALE * v / vmax)) if vmax > 0 else 1
-        items.append(_Item(jid, job.gpus, allowed, spans, value))
+        rows: list[tuple[int, ...]] = [
+            (t,) if (r := prof.cap_row.get((job.tenant, t))) is None else (t, r) for t in allowed
+        ]
+        items.append(_Item(jid, job.gpus, allowed, spans, value, rows if prof.cap_row else None))
     return items
 
 
@@ -786,7 +835,7 @@ def annotate(
     held_by, free_now, expected = _occupancy(state, decision, predictions, holds, cap)
     prof = _profile(state, lp, cap, held_by, holds)
     items = _plan_items(state, decision, predictions, density, lp, holds, cap, prof)
-    plan, how = _best_plan(items, prof.free, lp.epochs, seed, time_limit_s)
+    plan, how = _best_plan(items, prof.free + prof.caps, lp.epochs, seed, time_limit_s)
     _expected_starts(items, plan, prof, state.snapshot.now, lp.epoch_s, expected)
     _write_plan(decision, expected, holds, lp, how)
     _explain_queue(state, decision, predictions, holds, free_now)

@@ -240,3 +240,33 @@ def test_generated_reservation_case_on_every_backend(backend: str) -> None:
     state, d = _solve(snap)
     assert len(d.reservations) == 1
     assert check_decision(state, d) == []
+
+
+def test_plan_waits_for_its_own_tenants_gpus_in_a_hard_partition() -> None:
+    # tenant a may not borrow (borrow_limit 0): its 8-GPU partition is held by r until
+    # now + 1000, so its queued 4-GPU job cannot be planned on the 8 idle GPUs of b's quota
+    # (n1) in the first slots; it is planned in the slot after r ends (now + 1200) and may
+    # start when r ends. b's job takes 4 of n1's GPUs now.
+    snap = cluster(nodes={"n0": ("A100", 8), "n1": ("A100", 8)}, tenants={"a": {"A100": 8}, "b": {"A100": 8}},
+                   now=NOW)
+    snap["tenants"][0]["borrow_limit"] = {"A100": 0}
+    snap["epoch_s"] = 300.0
+    snap["jobs"] = [
+        running("r", "a", [("n0", g) for g in range(8)], start_s=NOW - 1000, runtime_s=2000.0),
+        pending("pa", "a", 4, submit_s=5000.0, runtime_s=600.0),
+        pending("pb", "b", 4, submit_s=6000.0, runtime_s=600.0),
+    ]
+    state, d = _solve(snap)
+    assert check_decision(state, d) == []
+    assert [s.job for s in d.start] == ["pb"]
+    assert d.queue == ["pa"]
+    assert d.expected_start_s == {"pa": NOW + 1000}
+    # the same plan without the cap would have put it in the first slot, on n1's free GPUs
+    from optsched.engine.lookahead import _greedy_plan as plan
+
+    spans = [(k, k, 6) for k in range(1, 7)]
+    free = [[4] * 7]
+    capped = [[0, 0, 0, 0, 8, 8, 8]]  # a's partition: free from the 4th instant
+    item = _Item("pa", 4, [0], spans, 1, [(0, 1)])
+    assert plan([item], [list(free[0]), list(capped[0])]) == [(4, 0)]
+    assert plan([_Item("pa", 4, [0], spans, 1)], [list(free[0])]) == [(1, 0)]
