@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 import itertools
 import math
 from collections import defaultdict
@@ -527,11 +528,67 @@ def _cpsat_plan(
 
     with solver_output_to_stderr():  # solver text never reaches stdout
         status = solver.solve(m)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE) or solver.wall_time >= wall:
-        return None  # a plan cut by the wall clock (a safety net only) would depend on the load
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None
+    if solver.wall_time >= wall:
+        # a plan cut by the wall clock (a safety net only) would depend on the load
+        raise _WallCut
     if solver.objective_value <= _score(items, hint, slots) + 0.5:
         return None
     return [next(((k, t) for k, t, v in row if solver.boolean_value(v)), None) for row in xs]
+
+
+class _WallCut(Exception):
+    """The slot model was stopped by the wall clock (never remembered by :func:`_cached_plan`)."""
+
+
+_ItemKey = tuple[
+    int, tuple[int, ...], tuple[tuple[int, int, int], ...], int, tuple[tuple[int, ...], ...] | None
+]
+"""An item's gpus, types, spans, value and rows (its job id does not enter the slot model)."""
+_PlanKey = tuple[
+    tuple[_ItemKey, ...],
+    tuple[tuple[int, ...], ...],
+    int,
+    tuple[tuple[int, int] | None, ...],
+    int,
+    float,
+]
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_plan(key: _PlanKey) -> tuple[tuple[int, int] | None, ...] | None:
+    """:func:`_cpsat_plan` of the inputs in ``key``, remembered (thread-safe, 64 entries).
+
+    The slot model is a pure function of its inputs (one worker, fixed seed, deterministic work
+    limit), and in a saturated cluster successive epochs often give it the very same inputs
+    (the same queue against running jobs all past their predictions); solving it again gave
+    the same answer at 20-40 ms a time. A run the wall clock stopped raises and is not kept."""
+    items_key, free, slots, hint, seed, work_s = key
+    items = [
+        _Item("", g, list(types), list(spans), value, list(rows) if rows is not None else None)
+        for g, types, spans, value, rows in items_key
+    ]
+    got = _cpsat_plan(items, [list(r) for r in free], slots, list(hint), seed, work_s)
+    return tuple(got) if got is not None else None
+
+
+def _plan_key(
+    items: list[_Item], free: list[list[int]], slots: int, hint: list[tuple[int, int] | None],
+    seed: int, work_s: float,
+) -> _PlanKey:
+    return (
+        tuple(
+            (it.gpus, tuple(it.types), tuple(it.spans), it.value,
+             tuple(it.rows) if it.rows is not None else None)
+            for it in items
+        ),
+        tuple(tuple(r) for r in free),
+        slots,
+        tuple(hint),
+        seed,
+        work_s,
+    )
 
 
 @dataclass
@@ -695,9 +752,12 @@ def _best_plan(
     plan = _greedy_plan(items, [list(row) for row in free])
     how = "greedy"
     if items:
-        better = _cpsat_plan(items, free, slots, plan, seed, lookahead_work_s(time_limit_s))
+        try:
+            better = _cached_plan(_plan_key(items, free, slots, plan, seed, lookahead_work_s(time_limit_s)))
+        except _WallCut:
+            better = None
         if better is not None:
-            plan, how = better, "cpsat"
+            plan, how = list(better), "cpsat"
     return plan, how
 
 

@@ -270,3 +270,26 @@ def test_plan_waits_for_its_own_tenants_gpus_in_a_hard_partition() -> None:
     item = _Item("pa", 4, [0], spans, 1, [(0, 1)])
     assert plan([item], [list(free[0]), list(capped[0])]) == [(4, 0)]
     assert plan([_Item("pa", 4, [0], spans, 1)], [list(free[0])]) == [(1, 0)]
+
+
+def test_slot_model_answers_are_remembered_by_their_inputs() -> None:
+    # the slot model is a pure function of its inputs: the same inputs again are answered from
+    # memory, with the answer a fresh solve gives (and so is the whole decision)
+    from optsched.engine.lookahead import _cached_plan
+
+    _cached_plan.cache_clear()
+    spans = [(1, 0, 1), (2, 1, 2), (3, 2, 2)]
+    free = [[8, 8, 8]]
+    items = [_Item("A", 8, [0], spans, 3), _Item("B", 4, [0], spans, 2), _Item("C", 4, [0], spans, 2)]
+    greedy = _greedy_plan(items, [list(free[0])])
+    fresh = _cpsat_plan(items, free, 3, greedy, seed=0, work_s=1.0)
+    assert fresh is not None
+    key = (tuple((it.gpus, tuple(it.types), tuple(it.spans), it.value, None) for it in items),
+           ((8, 8, 8),), 3, tuple(greedy), 0, 1.0)
+    assert _cached_plan(key) == tuple(fresh)
+    assert _cached_plan(key) == tuple(fresh) and _cached_plan.cache_info().hits == 1
+    _cached_plan.cache_clear()
+    first = _solve(gang_snapshot("cpsat"))[1]
+    second = _solve(gang_snapshot("cpsat"))[1]
+    assert _cached_plan.cache_info().hits >= 1
+    assert first.queue == second.queue and first.expected_start_s == second.expected_start_s
