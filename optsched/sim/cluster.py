@@ -295,6 +295,16 @@ def _cols(*names: str) -> dict[str, list[Any]]:
     return {n: [] for n in names}
 
 
+def free_per_node(
+    owner: Mapping[tuple[int, int], Any], node_type: Sequence[str], node_gpus: Sequence[int]
+) -> list[int]:
+    """Per node index, its GPUs no running job holds (``owner``: the held (node, GPU) pairs)."""
+    used: dict[int, int] = defaultdict(int)
+    for n, _ in owner:
+        used[n] += 1
+    return [node_gpus[n] - used.get(n, 0) for n in range(len(node_type))]
+
+
 def free_gpu_shape(
     owner: Mapping[tuple[int, int], Any],
     node_type: Sequence[str],
@@ -316,9 +326,6 @@ def free_gpu_shape(
 
     Both are 0 where nothing waits for the type.
     """
-    used: dict[int, int] = defaultdict(int)
-    for n, _ in owner:
-        used[n] += 1
     pieces: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
     for (_, types, gpus), count in waiting.items():
         for t in types:
@@ -326,8 +333,7 @@ def free_gpu_shape(
     free = 0
     frag = 0.0
     stranded = 0
-    for n, t in enumerate(node_type):
-        f = node_gpus[n] - used.get(n, 0)
+    for t, f in zip(node_type, free_per_node(owner, node_type, node_gpus), strict=True):
         if f <= 0:
             continue
         free += f
@@ -643,12 +649,9 @@ class Simulator:
 
     def _free_nodes(self) -> dict[str, list[int]]:
         """Per GPU type, the GPUs no running job holds on each node that has any, most first."""
-        used: dict[int, int] = defaultdict(int)
-        for n, _ in self.owner:
-            used[n] += 1
         out: dict[str, list[int]] = defaultdict(list)
-        for n, t in enumerate(self.node_type):
-            f = self.node_gpus[n] - used.get(n, 0)
+        free = free_per_node(self.owner, self.node_type, self.node_gpus)
+        for t, f in zip(self.node_type, free, strict=True):
             if f > 0:
                 out[t].append(f)
         for counts in out.values():
@@ -663,9 +666,8 @@ class Simulator:
         as many free GPUs (an elastic job: as many free GPUs in all). A necessary condition of
         any placement the engine's node pool makes (it may also count CPU, memory, topology)."""
         ten, types, need = key
-        own, quota = self.own_use, self.quota
         for t in types:
-            if self._no_borrow and own.get((ten, t), 0) + need > quota.get((ten, t), 0):
+            if self._no_borrow and not self._in_quota(ten, t, need):
                 continue
             nodes = free.get(t, ())
             if key in self._spread_keys:
@@ -676,6 +678,10 @@ class Simulator:
             if len(nodes) >= len(pieces) and all(nodes[k] >= p for k, p in enumerate(pieces)):
                 return True
         return False
+
+    def _in_quota(self, tenant: str, gpu_type: str, gpus: int) -> bool:
+        """Whether ``gpus`` more GPUs of ``gpu_type`` keep ``tenant``'s own use inside its quota."""
+        return self.own_use.get((tenant, gpu_type), 0) + gpus <= self.quota.get((tenant, gpu_type), 0)
 
     def _could_start(self) -> bool:
         """Whether some pending job could start: a necessary condition of any start of an
@@ -700,11 +706,8 @@ class Simulator:
         by = self._starts_by or {"alone"}
         if "alone" in by and any(self._fits_free(key, free) for key in keys):
             return True
-        if "quota" in by:
-            own, quota = self.own_use, self.quota
-            if any(own.get((ten, t), 0) + need <= quota.get((ten, t), 0)
-                   for ten, types, need in keys for t in types):
-                return True
+        if "quota" in by and any(self._in_quota(ten, t, need) for ten, types, need in keys for t in types):
+            return True
         return "guest" in by and self._could_host()
 
     def _could_host(self) -> bool:
