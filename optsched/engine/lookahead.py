@@ -496,11 +496,15 @@ def _cpsat_plan(
         if terms > MAX_PLAN_TERMS:
             return None
         cands.append(got)
+    if not any(cands):
+        return None  # nothing fits anywhere: the (empty) plan is the hint's
     from ortools.sat.python import cp_model
 
     m = cp_model.CpModel()
     xs: list[list[tuple[int, int, cp_model.IntVar]]] = []
     use: dict[tuple[int, int], list[tuple[int, cp_model.IntVar]]] = defaultdict(list)
+    hinted: list[int] = []
+    hint_values: list[int] = []
     for i, (it, got) in enumerate(zip(items, cands, strict=True)):
         row = []
         for k, t, first, last, rows in got:
@@ -509,16 +513,23 @@ def _cpsat_plan(
             for r in rows:
                 for x in range(first, last + 1):
                     use[(r, x)].append((it.gpus, v))
-            m.add_hint(v, hint[i] == (k, t))
+            hinted.append(v.index)
+            hint_values.append(int(hint[i] == (k, t)))
         if row:
             m.add_at_most_one(v for _, _, v in row)
         xs.append(row)
+    # the model is built in bulk (the hint straight into the proto, weighted sums): building it
+    # term by term through the Python API cost as much as solving it (the same model either way)
+    m.proto.solution_hint.vars.extend(hinted)
+    m.proto.solution_hint.values.extend(hint_values)
+    weighted_sum = cp_model.LinearExpr.weighted_sum
     for (t, x), on in sorted(use.items()):
         if sum(g for g, _ in on) > free[t][x]:
-            m.add(sum(g * v for g, v in on) <= free[t][x])
-    m.maximize(
-        sum(it.value * (slots + 1 - k) * v for it, row in zip(items, xs, strict=True) for k, _, v in row)
-    )
+            m.add(weighted_sum([v for _, v in on], [g for g, _ in on]) <= free[t][x])
+    m.maximize(weighted_sum(
+        [v for row in xs for _, _, v in row],
+        [it.value * (slots + 1 - k) for it, row in zip(items, xs, strict=True) for k, _, _ in row],
+    ))
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = seed

@@ -606,7 +606,10 @@ class Job(_Strict):
     @property
     def is_elastic(self) -> bool:
         """Whether the job declares a size range (``min_gpus`` or ``max_gpus``) of more than one size."""
-        return self.size_range[0] < self.size_range[1]
+        lo, hi = self.min_gpus, self.max_gpus
+        if lo is None and hi is None:
+            return False  # the common case, asked for every job in every stage of a decision
+        return (lo if lo is not None else self.gpus) < (hi if hi is not None else self.gpus)
 
     @property
     def size_range(self) -> tuple[int, int]:
