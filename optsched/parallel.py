@@ -30,7 +30,8 @@ included: every task without an answer by then is a :class:`Failure` with ``time
 task still queued, or whose worker is still starting, as one that is running; in this process
 a task is not started after the deadline and one that ends after it is reported late). A
 running task's worker is killed; a worker still starting or setting up is kept for the next
-call (the setup goes on), so a process that calls again (the service) gets ready workers.
+call (the setup goes on), so a process that calls again (the service) gets ready workers;
+:func:`prestart` starts and sets up workers ahead of a call (before its clock starts).
 Results come back as a dict in the order of the input, with the failures beside them.
 """
 
@@ -380,6 +381,73 @@ def _checkin(ws: list[_Worker]) -> None:
                 w.close()
             else:  # (busy starting: it would not read a request to exit)
                 w.kill()
+
+
+def prestart(
+    n: int,
+    setup: tuple[Callable[..., Any], tuple[Any, ...]] | None = None,
+    timeout_s: float = SETUP_TIMEOUT_S,
+) -> int:
+    """Start ``n`` worker processes (reusing idle ones) and run ``setup`` in each, then keep
+    them idle for the next :func:`run` in ``process`` mode with the same ``setup``, which then
+    hands its tasks to them at once: a host calls this *before* a call's clock starts (the
+    CLI does, for a partitioned solve), as it loads the predictor. Waits at most ``timeout_s``;
+    a worker still starting or setting up then is kept (its setup goes on), one that failed is
+    stopped. Returns how many workers are ready and set up. (:func:`run` alone cannot do this:
+    it hands tasks to the first ready workers and stops the others when its tasks are done.)"""
+    n = max(0, min(n, KEEP_IDLE))
+    key = pickle.dumps(setup) if setup is not None else b""
+    ws = _checkout(n)
+    try:
+        while len(ws) < n:
+            ws.append(_Worker())
+    except BaseException:
+        _checkin(ws)
+        raise
+
+    def advance(w: _Worker) -> bool:
+        """Send our setup to a started, idle worker without it; False if the pipe is gone."""
+        if setup is not None and w.ready and key not in w.setups:
+            w.pending_setup = key
+            return w.send(("setup", setup[0], setup[1]))
+        return True
+
+    def set_up(w: _Worker) -> bool:
+        return w.ready and (setup is None or key in w.setups)
+
+    end = time.monotonic() + timeout_s
+    live: list[_Worker] = []
+    for w in ws:
+        if advance(w):
+            live.append(w)
+        else:
+            w.kill()
+    while True:
+        waiting = [w for w in live if not set_up(w)]
+        left = end - time.monotonic()
+        if not waiting or left <= 0:
+            break
+        for conn in wait([w.inbox for w in waiting], left):
+            w = next(w for w in waiting if w.inbox is conn)
+            try:
+                msg = w.inbox.recv()
+            except (EOFError, OSError, pickle.UnpicklingError, AttributeError, ImportError):
+                msg = ("err", "worker died")
+            if not w.started:
+                w.started = True
+            elif msg[0] == "ok" and w.pending_setup is not None:
+                w.setups.add(w.pending_setup)
+                w.pending_setup = None
+            else:  # its setup failed or it died: no use to the next call
+                w.kill()
+                live.remove(w)
+                continue
+            if not advance(w):
+                w.kill()
+                live.remove(w)
+    ready = sum(1 for w in live if set_up(w))
+    _checkin(live)
+    return ready
 
 
 def shutdown() -> None:

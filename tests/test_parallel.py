@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import re
 import signal
 import subprocess
@@ -20,7 +21,7 @@ import pytest
 from optsched import parallel, solve_epoch
 from optsched.engine import partition as P
 from optsched.engine.backends.base import SolveParams
-from optsched.engine.budget import PART_WALL_CLOCK_FALLBACK, WALL_CLOCK_FALLBACK
+from optsched.engine.budget import PART_WALL_CLOCK_FALLBACK, WALL_CLOCK_FALLBACK, Budget
 from optsched.engine.state import ClusterState, parse_snapshot
 from optsched.instances import generate
 from optsched.schema.decision import Decision
@@ -274,3 +275,49 @@ def test_a_part_that_fails_is_answered_by_its_greedy_plan() -> None:
         f"part {p} failed (RuntimeError: no exact answer); its greedy plan was used" for p in (0, 1)
     ]
     assert [r.decision.solver.backend for r in res] == ["greedy", "greedy"]
+
+
+def _fail_setup() -> None:
+    raise RuntimeError("no models here")
+
+
+def test_prestarted_workers_are_set_up_once_and_take_the_next_calls_tasks(tmp_path: Path) -> None:
+    marker = tmp_path / "setup"
+    setup = (_count_setup, (str(marker),))
+    n = min(2, parallel.KEEP_IDLE)
+    parallel.shutdown()
+    assert parallel.prestart(n, setup) == n
+    pids = marker.read_text().split()
+    assert len(pids) == len(set(pids)) == n  # every worker started and set up, before any task
+    got, fails = parallel.run([(k, _pid, (k,)) for k in range(n)], mode="process", workers=n, setup=setup)
+    assert fails == [] and {str(p) for p in got.values()} <= set(pids)  # handed to them
+    assert marker.read_text().split() == pids  # and not set up again
+    # a setup that fails leaves no worker behind for the next call
+    parallel.shutdown()
+    assert parallel.prestart(n, (_fail_setup, ())) == 0
+    assert parallel._checkout(n) == []
+
+
+def test_part_workers_started_ahead_are_the_ones_the_partitioned_call_uses() -> None:
+    from optsched.engine.epoch import start_part_workers
+    from optsched.engine.partition.running import predictor_ref
+
+    st = ClusterState.from_snapshot(parse_snapshot(json.dumps(generate("fleet", seed=5, gpus=400))))
+    params = SolveParams(backend="highs", time_limit_s=4.0)
+    n = min(2, parallel.KEEP_IDLE)
+    parallel.shutdown()
+    assert start_part_workers(st, params=params, partitions=2, executor="serial") == 0
+    assert start_part_workers(st, params=params, partitions=1) == 0
+    assert start_part_workers(st, params=params, partitions=2, executor="process") == n
+    idle = parallel._checkout(n)
+    parallel._checkin(idle)
+    # set up for exactly the call's setup: the same split, part parameters and predictor
+    part_params = params.with_(time_limit_s=Budget(4.0).part_limit_s)
+    parts = P.split(st, 2).parts
+    key = pickle.dumps(P.part_setup(parts, part_params, predictor_ref(None, True), solve_epoch))
+    assert len(idle) == n and all(w.ready and key in w.setups for w in idle)
+    d = solve_epoch(st, params=params, partitions=2, executor="process")
+    assert_decision_valid(st, d)
+    after = parallel._checkout(n)
+    parallel._checkin(after)
+    assert {w.proc.pid for w in after} == {w.proc.pid for w in idle}  # no worker started in the call

@@ -45,7 +45,7 @@ def solve(
 ) -> None:
     """Solve one snapshot and print (or write) the decision."""
     from optsched.engine.backends.base import SolveParams
-    from optsched.engine.epoch import resolve_params, solve_epoch
+    from optsched.engine.epoch import resolve_params, solve_epoch, start_part_workers
     from optsched.engine.state import ClusterState, parse_snapshot
     from optsched.schema.limits import MAX_TIME_LIMIT_S
 
@@ -102,6 +102,8 @@ def solve(
     parts: int | str | None = partitions
     if partitions is not None and partitions != "auto":
         parts = int(partitions)
+    # a partitioned solve's worker processes start and set up before the clock starts too
+    start_part_workers(state, params=params, predictor=pred, partitions=parts)
     decision = solve_epoch(state, params=params, predictor=pred, partitions=parts)
     emit(decision.model_dump_json(indent=1, exclude_none=True), out)
 

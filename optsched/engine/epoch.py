@@ -297,6 +297,37 @@ def overrun_text(seconds: float, limit_s: float, jobs: int) -> str:
     )
 
 
+def start_part_workers(
+    snapshot: Snapshot | ClusterState,
+    *,
+    params: SolveParams | None = None,
+    predictor: Predictor | None = None,
+    partitions: int | str | None = None,
+    executor: str = "auto",
+) -> int:
+    """Start and set up, ahead of the call, the worker processes that
+    ``solve_epoch(snapshot, params=params, predictor=predictor, partitions=partitions,
+    executor=executor)`` will hand its parts to (:func:`optsched.engine.partition.start_workers`):
+    a fresh process (``optsched solve``) otherwise starts its workers inside the parts' deadline,
+    and at a 1 s limit they are never ready in time (every part then falls back to its greedy
+    plan). Call it before the call, as the default predictor is loaded; the decision does not
+    depend on it, only whether the parts answer in time. Returns how many workers are ready (0
+    when the call will not run parts in worker processes)."""
+    state = snapshot if isinstance(snapshot, ClusterState) else ClusterState.from_snapshot(snapshot)
+    params = resolve_params(state.snapshot, params)
+    params.check()
+    opts = state.snapshot.options
+    k = _partitions(state, partitions if partitions is not None else opts.partitions if opts else None)
+    if k < 2 or (state.snapshot.workflows is not None and bool(state.snapshot.workflows.sessions)):
+        return 0
+    from optsched.engine.partition import start_workers
+
+    warm_up()
+    return start_workers(
+        state, params, k, solve=solve_epoch, executor=executor, predictor=predictor,  # type: ignore[arg-type]
+    )
+
+
 def _partitions(state: ClusterState, value: int | str | None) -> int:
     if value is None or value == 1:
         return 1

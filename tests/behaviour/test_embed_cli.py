@@ -73,15 +73,15 @@ def _timeless(d: Decision) -> dict[str, object]:
 def test_a_short_partitioned_cli_call_gives_the_same_checked_decision_in_fresh_processes(
     tmp_path: Path,
 ) -> None:
-    """Whether a part's worker is ready by the parts' deadline depends on the machine; the
-    decision does not: every part answered in time (the exact merge), or every part by its
-    greedy plan under the one label, never a mix."""
+    """Whether a part answers by the parts' deadline depends on the machine; the decision does
+    not: every part answered in time (the exact merge), or every part by its greedy plan under
+    the one label, never a mix. (At 0.1 s even ready workers cannot answer by the deadline.)"""
     data = generate("venus", seed=7)
     snap = tmp_path / "snap.json"
     snap.write_text(json.dumps(data))
     got = []
     for _ in range(2):
-        res = _solve(snap, "--partitions", "2", "--time-limit", "0.3")
+        res = _solve(snap, "--partitions", "2", "--time-limit", "0.1")
         assert res.returncode == 0, res.stderr.decode()[-2000:]
         d = _checked(data, res.stdout)
         assert d.solver.backend.startswith("partitioned:") and "+" not in d.solver.backend  # no mix

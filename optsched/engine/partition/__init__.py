@@ -53,6 +53,7 @@ from optsched.engine.partition.running import (
     PredictorRef,
     SolveFn,
     load_predictor,
+    part_setup,
     predictor_ref,
     run_parts,
     setup_worker,
@@ -87,6 +88,7 @@ __all__ = [
     "load_predictor",
     "merge",
     "merge_plan",
+    "part_setup",
     "predictor_ref",
     "resolve_partitions",
     "run_parts",
@@ -94,6 +96,7 @@ __all__ = [
     "solve_part",
     "solve_partitioned",
     "split",
+    "start_workers",
 ]
 
 
@@ -159,6 +162,35 @@ def solve_partitioned(
         for name, sec in stage.items():
             on_stage(name, sec)
     return d
+
+
+def start_workers(
+    state: ClusterState,
+    params: SolveParams,
+    k: int,
+    *,
+    solve: SolveFn,
+    executor: Executor = "auto",
+    predictor: Predictor | None = None,
+    timeout_s: float | None = None,
+) -> int:
+    """Start and set up the worker processes that a :func:`solve_partitioned` call of ``state``
+    in ``k`` parts with these ``params``, ``executor`` and ``predictor`` will use, so its parts
+    are handed out at once instead of waiting for interpreters to start inside the parts'
+    deadline (:func:`optsched.parallel.prestart`; the same split, part parameters and setup as
+    the call, so the workers are set up for exactly it). Call it before the call's clock starts,
+    as the predictor is loaded. Does nothing (returns 0) unless the parts would run in worker
+    processes; else returns how many workers are ready."""
+    from optsched import parallel
+
+    mode = parallel.resolve_mode(executor, k)
+    if k < 2 or mode != "process":
+        return 0
+    sp = split(state, k, seed=params.seed)
+    part_params = params.with_(time_limit_s=Budget(params.time_limit_s).part_limit_s)
+    setup = part_setup(sp.parts, part_params, predictor_ref(predictor, crosses=True), solve)
+    wait_s = parallel.SETUP_TIMEOUT_S if timeout_s is None else timeout_s
+    return parallel.prestart(parallel.default_workers(k), setup, wait_s)
 
 
 class MergeRejected(Exception):

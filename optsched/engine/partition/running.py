@@ -178,8 +178,7 @@ def run_parts(
         deadline = t0 + params.time_limit_s + PART_GRACE * whole
     slacks: list[dict[str, int] | None] = list(slack) if slack is not None else [None] * len(parts)
     tasks = [(p, solve_part, (part, params, signal, solve, ref, slacks[p])) for p, part in enumerate(parts)]
-    warm = parts[0].model_copy(update={"nodes": parts[0].nodes[:1], "jobs": []}) if parts else None
-    setup = (setup_worker, (ref, warm, params, solve)) if mode != "serial" else None
+    setup = part_setup(parts, params, ref, solve) if mode != "serial" and parts else None
     done, failures = parallel.run(tasks, mode=mode, setup=setup, deadline=deadline)
     late = sorted(
         [f.key for f in failures if f.timed_out]
@@ -196,6 +195,16 @@ def run_parts(
         why = f"part {f.key} failed ({f.error}); its greedy plan was used"
         done[f.key] = _greedy_part(parts[f.key], params, signal, solve, predictor, why, 0.0, slacks[f.key])
     return [done[p] for p in range(len(parts))]
+
+
+def part_setup(
+    parts: list[Snapshot], params: SolveParams, ref: PredictorRef, solve: SolveFn
+) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    """The setup every part's worker runs (:func:`setup_worker` on the first part without
+    jobs, on one node): the same for :func:`run_parts` and for workers started ahead of a call
+    (:func:`optsched.engine.partition.start_workers`), so those are handed their part at once."""
+    warm = parts[0].model_copy(update={"nodes": parts[0].nodes[:1], "jobs": []})
+    return (setup_worker, (ref, warm, params, solve))
 
 
 def _greedy_part(
