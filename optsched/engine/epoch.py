@@ -304,6 +304,7 @@ def start_part_workers(
     predictor: Predictor | None = None,
     partitions: int | str | None = None,
     executor: str = "auto",
+    timeout_s: float | None = None,
 ) -> int:
     """Start and set up, ahead of the call, the worker processes that
     ``solve_epoch(snapshot, params=params, predictor=predictor, partitions=partitions,
@@ -311,8 +312,10 @@ def start_part_workers(
     a fresh process (``optsched solve``) otherwise starts its workers inside the parts' deadline,
     and at a 1 s limit they are never ready in time (every part then falls back to its greedy
     plan). Call it before the call, as the default predictor is loaded; the decision does not
-    depend on it, only whether the parts answer in time. Returns how many workers are ready (0
-    when the call will not run parts in worker processes)."""
+    depend on it, only whether the parts answer in time. Waits at most ``timeout_s`` (default
+    :data:`optsched.parallel.SETUP_TIMEOUT_S`; workers not ready by then go on setting up).
+    Returns how many workers are ready (0 when the call will not run parts in worker
+    processes)."""
     state = snapshot if isinstance(snapshot, ClusterState) else ClusterState.from_snapshot(snapshot)
     params = resolve_params(state.snapshot, params)
     params.check()
@@ -325,6 +328,7 @@ def start_part_workers(
     warm_up()
     return start_workers(
         state, params, k, solve=solve_epoch, executor=executor, predictor=predictor,  # type: ignore[arg-type]
+        timeout_s=timeout_s,
     )
 
 

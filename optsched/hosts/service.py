@@ -117,6 +117,11 @@ _WARM_UP: dict[str, Any] = {
 }
 
 
+PRESTART_MARGIN_S = 2.0
+"""Seconds of a request's budget kept, beyond the snapshot's time limit, for the stages after the
+solve (explaining, recording) when part workers are started ahead of a partitioned solve."""
+
+
 def _warm_up() -> int:
     """Import the engine and load the default predictor in a pool process."""
     from optsched import solve_epoch
@@ -129,14 +134,24 @@ def _nodes(allocation: list[dict[str, Any]] | None) -> list[str]:
     return sorted({g["node"] for g in allocation or ()})
 
 
-def solve_request(body: bytes, stored_state: dict[str, Any] | None) -> dict[str, Any]:
+def solve_request(
+    body: bytes, stored_state: dict[str, Any] | None, budget_s: float | None = None
+) -> dict[str, Any]:
     """Parse, fill the assurance state, solve; what the service records and answers.
 
     ``solve_epoch`` passes every decision through the checker before it returns it (else it
     raises :class:`~optsched.errors.OptschedError`), so the service does not check it again.
 
+    A partitioned snapshot's part workers are started and set up before the solve's clock
+    starts (:func:`~optsched.engine.epoch.start_part_workers`, as ``optsched solve`` does), for
+    at most what ``budget_s`` (the request's remaining seconds) leaves after the snapshot's
+    time limit and :data:`PRESTART_MARGIN_S`; the first partitioned request of a pool process
+    would otherwise start them inside the parts' deadline (then every part falls back to its
+    greedy plan). Later requests find them idle and set up.
+
     Returns ``{"kind": "ok", "decision": {...}, "actions": [...], "plan": {...}, "seconds": s,
-    "filled": bool}`` or ``{"kind": "json" | "snapshot" | "engine", "error": ...}``.
+    "filled": bool, "part_workers": n}`` or ``{"kind": "json" | "snapshot" | "engine",
+    "error": ...}``.
     """
     from optsched import (
         ClusterState,
@@ -145,6 +160,8 @@ def solve_request(body: bytes, stored_state: dict[str, Any] | None) -> dict[str,
         parse_snapshot,
         solve_epoch,
     )
+    from optsched.engine.epoch import resolve_params, start_part_workers
+    from optsched.parallel import SETUP_TIMEOUT_S
 
     t0 = time.perf_counter()
     try:
@@ -162,6 +179,10 @@ def solve_request(body: bytes, stored_state: dict[str, Any] | None) -> dict[str,
     except SnapshotError as exc:
         return {"kind": "snapshot", "error": str(exc), "path": exc.path}
     try:
+        left = SETUP_TIMEOUT_S if budget_s is None else budget_s - (time.perf_counter() - t0)
+        limit_s = resolve_params(state.snapshot, None).time_limit_s
+        wait_s = min(SETUP_TIMEOUT_S, left - limit_s - PRESTART_MARGIN_S)
+        part_workers = start_part_workers(state, timeout_s=wait_s) if wait_s > 0 else 0
         decision = solve_epoch(state)
     except OptschedError as exc:
         return {"kind": "engine", "error": str(exc)}
@@ -177,6 +198,7 @@ def solve_request(body: bytes, stored_state: dict[str, Any] | None) -> dict[str,
         "plan": _plan(data, out, reasons),
         "seconds": time.perf_counter() - t0,
         "filled": filled,
+        "part_workers": part_workers,
     }
 
 
@@ -438,7 +460,7 @@ class Service:
             return _error(503, msg, {"Retry-After": "1"})
         try:
             stored = await anyio.to_thread.run_sync(self.store.assurance_state, cluster)
-            fut = loop.run_in_executor(self.pool, solve_request, body, stored)
+            fut = loop.run_in_executor(self.pool, solve_request, body, stored, deadline - loop.time())
             try:
                 res = await asyncio.wait_for(fut, max(0.001, deadline - loop.time()))
             except TimeoutError:

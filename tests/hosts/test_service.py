@@ -8,6 +8,7 @@ import concurrent.futures
 import copy
 import json
 import multiprocessing
+import os
 import signal
 import warnings
 from collections.abc import Iterator
@@ -27,7 +28,7 @@ with warnings.catch_warnings():  # starlette suggests another HTTP client for it
 
 from optsched import ClusterState, Decision, check_decision, parse_snapshot, solve_epoch
 from optsched.hosts.serve_process import serve_subprocess
-from optsched.hosts.service import ServiceConfig, create_app
+from optsched.hosts.service import ServiceConfig, create_app, solve_request
 from optsched.hosts.store import Store
 from optsched.instances import generate
 
@@ -265,6 +266,30 @@ def test_timeouts_answer_503_and_504(pool: concurrent.futures.Executor, tmp_path
         r = c.post("/v1/clusters/busy/epochs", json=_tiny())
         assert r.status_code == 503 and "busy" in r.json()["error"]
         lock.release()
+
+
+def test_a_partitioned_request_starts_its_part_workers_before_the_solve_clock(
+    pool: concurrent.futures.Executor, tmp_path: Path
+) -> None:
+    """The first partitioned request of a pool process used to start its part workers inside
+    the parts' 1 s deadline (every part then answered by its greedy plan); now they are started
+    and set up first, within what the request's budget leaves after the time limit."""
+    data = generate("venus", 7)
+    data["options"] = {**(data.get("options") or {}), "partitions": 2}
+    body = json.dumps(data).encode()
+    state = ClusterState.from_snapshot(parse_snapshot(data))
+    # 1.5 s of budget leaves nothing beyond the 1 s limit and the margin: no waiting for workers
+    short = pool.submit(solve_request, body, None, 1.5).result()
+    assert short["kind"] == "ok" and short["part_workers"] == 0
+    res = pool.submit(solve_request, body, None, 60.0).result()
+    assert res["kind"] == "ok" and res["part_workers"] == min(2, os.cpu_count() or 1)
+    for out in (short["decision"], res["decision"]):
+        d = Decision.model_validate(out)
+        assert d.solver.backend.startswith("partitioned:") and check_decision(state, d) == []
+    with _client(pool, tmp_path) as c:
+        r = c.post("/v1/clusters/p/epochs", json=data)
+        assert r.status_code == 200, r.text
+        assert check_decision(state, Decision.model_validate(r.json())) == []
 
 
 def _decided(c: TestClient, cluster: str = "k") -> Decision:
