@@ -49,6 +49,7 @@ from optsched.schema.decision import Decision, PoolDecision, SolverInfo, Workflo
 from optsched.schema.snapshot import Snapshot
 
 if TYPE_CHECKING:
+    from optsched.engine.backends.highs import Prepared as HighsPrepared
     from optsched.engine.lookahead import LookaheadParams, Reservations
     from optsched.engine.problem import Assignment, EpochProblem
     from optsched.predict.base import Predictions, Predictor
@@ -385,9 +386,16 @@ def _cluster_decision(ep: _Epoch, params: SolveParams, budget: Budget) -> Decisi
     from optsched.engine.lookahead import limited
 
     problem = limited(ep.problem, ep.reservations, ep.state)
-    hint, greedy_value = _greedy_plan(problem, ep.stage)
     params, auto_reason = _resolve_auto(problem, params, _work_s(problem, budget))
-    result, fallback_reason = _solve(problem, params, budget, hint, greedy_value, ep.stage, auto_reason)
+    prepared = _prepare_solver(problem, params, budget, ep.stage)
+    try:
+        hint, greedy_value = _greedy_plan(problem, ep.stage)
+        result, fallback_reason = _solve(
+            problem, params, budget, hint, greedy_value, ep.stage, auto_reason, prepared
+        )
+    finally:
+        if prepared is not None:
+            prepared.cancel()
     d = _first_valid_decision(ep, problem, params, result, fallback_reason, hint)
     if result is None or result.assignment is None or d.solver.objective is None:
         return d
@@ -442,6 +450,35 @@ def _resolve_auto(problem: EpochProblem, params: SolveParams, work: float) -> tu
     return params.with_(backend=auto_backend(problem, work)), None
 
 
+def _prepare_solver(
+    problem: EpochProblem, params: SolveParams, budget: Budget, stage: dict[str, float]
+) -> HighsPrepared | None:
+    """With the HiGHS backend, its model built and (where it takes the LP path) its LP
+    relaxation started in a thread before the greedy plan, which the relaxation does not need
+    (:meth:`~optsched.engine.backends.highs.HighsBackend.prepare`: the same answer, on the
+    second core while the greedy plan is made). ``None`` for other backends, or when no wall
+    clock is left for a solver."""
+    if params.backend != "highs":
+        return None
+    from optsched.engine.backends import get_backend
+    from optsched.engine.backends.highs import HighsBackend
+
+    wall_s = budget.solver_wall_s()
+    if wall_s <= MIN_SOLVER_WALL_S:
+        return None
+    t = time.monotonic()
+    backend = get_backend(params.backend)
+    prepared: HighsPrepared | None = None
+    if isinstance(backend, HighsBackend):
+        try:
+            solve_params = params.with_(time_limit_s=wall_s, work_s=_work_s(problem, budget))
+            prepared = backend.prepare(problem, solve_params)
+        except Exception:  # the solve builds the model again and reports what fails
+            log.exception("preparing the HiGHS model failed")
+    stage["model"] = time.monotonic() - t
+    return prepared
+
+
 def _solve(
     problem: EpochProblem,
     params: SolveParams,
@@ -450,10 +487,12 @@ def _solve(
     greedy_value: float,
     stage: dict[str, float],
     auto_reason: str | None,
+    prepared: HighsPrepared | None = None,
 ) -> tuple[SolveResult | None, str | None]:
     """The backend's usable answer (:func:`_usable`), or ``None`` and the reason the decision
     falls back to the greedy plan: the greedy backend was asked for (or picked by ``auto``),
-    no wall-clock time is left, or the backend raised."""
+    no wall-clock time is left, or the backend raised. ``prepared``: the HiGHS model and LP
+    relaxation :func:`_prepare_solver` started."""
     from optsched.engine.backends import get_backend
 
     if params.backend == "greedy":
@@ -465,7 +504,9 @@ def _solve(
     result: SolveResult | None = None
     fallback_reason: str | None = None
     try:
-        result = get_backend(params.backend).solve(
+        backend = prepared.backend if prepared is not None and prepared.backend else None
+        backend = backend or get_backend(params.backend)
+        result = backend.solve(
             problem, params.with_(time_limit_s=wall_s, work_s=_work_s(problem, budget)), hint
         )
     except (OptschedError, ValueError):

@@ -118,15 +118,29 @@ def model_proto(lin: LinearModel, integer: bool) -> Any:
     return mp
 
 
+class _Net:
+    """The wall-clock safety net of one HiGHS solve: its timer, or the caller that gives the
+    solve up (:meth:`Prepared.cancel`), interrupts it."""
+
+    def __init__(self) -> None:
+        from ortools.util.python.solve_interrupter import SolveInterrupter
+
+        self.interrupter = SolveInterrupter()
+        self.stopped = threading.Event()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.interrupter.interrupt()
+
+
 def _solve(
-    mp: Any, params: Any, hint: Sequence[float] | None, budget: float
+    mp: Any, params: Any, hint: Sequence[float] | None, budget: float, net: _Net | None = None
 ) -> tuple[Any, bool]:
     """One HiGHS solve of ``mp`` with the wall-clock net ``budget``: the result message and
     whether the net (not a work limit) ended it."""
     from ortools.math_opt import model_parameters_pb2, parameters_pb2
     from ortools.math_opt.core.python import solver
     from ortools.math_opt.python import callback, init_arguments
-    from ortools.util.python.solve_interrupter import SolveInterrupter
 
     mparams = model_parameters_pb2.ModelSolveParametersProto()
     if hint is not None:
@@ -134,14 +148,8 @@ def _solve(
         h.variable_values.ids.extend(range(len(hint)))
         h.variable_values.values.extend([float(x) for x in hint])
     # HiGHS checks its own time limit only now and then: the interrupter is the safety net
-    interrupter = SolveInterrupter()
-    stopped = threading.Event()
-
-    def stop() -> None:
-        stopped.set()
-        interrupter.interrupt()
-
-    timer = threading.Timer(budget + 0.02, stop)
+    net = net or _Net()
+    timer = threading.Timer(budget + 0.02, net.stop)
     timer.daemon = True
     timer.start()
     try:
@@ -149,16 +157,80 @@ def _solve(
             res = solver.solve(
                 mp, parameters_pb2.SOLVER_TYPE_HIGHS,
                 init_arguments.StreamableSolverInitArguments().to_proto(), params, mparams, None,
-                callback.CallbackRegistration().to_proto(), None, interrupter.pybind_interrupter,
+                callback.CallbackRegistration().to_proto(), None, net.interrupter.pybind_interrupter,
             )
     finally:
         timer.cancel()
     from ortools.math_opt import result_pb2
 
-    wall = stopped.is_set() or res.termination.limit in (
+    wall = net.stopped.is_set() or res.termination.limit in (
         result_pb2.LIMIT_TIME, result_pb2.LIMIT_INTERRUPTED
     )
     return res, wall
+
+
+class Prepared:
+    """The model of one epoch problem, built before :meth:`HighsBackend.solve` is called, and
+    its LP relaxation already running in a thread where that call will take the LP path
+    (:meth:`HighsBackend.prepare`). HiGHS releases the GIL while it solves, so the relaxation
+    runs on a second core while the caller computes the greedy plan, which the LP does not
+    need. The relaxation is the same solve the call would make (same model, parameters and
+    iteration limit; one thread, fixed seed), so its answer is the same, only earlier."""
+
+    def __init__(
+        self, problem: EpochProblem, lin: LinearModel, iterations: int | None = None,
+        mp: Any = None, sp: Any = None, budget: float = 0.0,
+    ) -> None:
+        self.problem = problem
+        self.lin = lin
+        self.backend: HighsBackend | None = None
+        """The backend whose :meth:`HighsBackend.solve` uses it (set by :meth:`HighsBackend.prepare`)."""
+        self.iterations = iterations
+        """The LP's iteration limit (``None``: no LP started)."""
+        self._out: dict[str, Any] = {}
+        self._net: _Net | None = None
+        self._thread: threading.Thread | None = None
+        if iterations is not None:
+            self._net = _Net()
+            self._thread = threading.Thread(
+                target=self._run, args=(mp, sp, budget), name="optsched-highs-lp", daemon=True
+            )
+            self._thread.start()
+
+    def _run(self, mp: Any, sp: Any, budget: float) -> None:
+        try:
+            self._out["res"] = _solve(mp, sp, None, budget, self._net)
+        except BaseException as exc:  # handed to the caller by ``lp_result``
+            self._out["exc"] = exc
+
+    def lp_result(self) -> tuple[Any, bool]:
+        """The relaxation's result and whether the wall-clock net ended it (waits for it)."""
+        assert self._thread is not None
+        self._thread.join()
+        if "exc" in self._out:
+            raise self._out["exc"]
+        res: tuple[Any, bool] = self._out["res"]
+        return res
+
+    def cancel(self) -> None:
+        """Stop the relaxation if it still runs, and wait for its thread (no solve outlives the
+        call that started it)."""
+        if self._thread is not None:
+            if self._thread.is_alive() and self._net is not None:
+                self._net.stop()
+            self._thread.join()
+
+
+def _takes_mip(lin: LinearModel, mode: str, work: float | None) -> bool:
+    """Branch and bound on the whole model (small models, or ``mode: mip``), else the LP
+    relaxation and RINS."""
+    return mode == "mip" or (mode == "auto" and (work is None or lin.n <= VARS_PER_WORK_S * work))
+
+
+def _lp_iterations(params: SolveParams) -> int:
+    """The LP relaxation's simplex iteration limit: its share of the work budget."""
+    work = params.work_s if params.work_s is not None else params.time_limit_s
+    return max(MIN_ITERATIONS, round(work * ITERATIONS_PER_S))
 
 
 def _values(res: Any, n: int) -> list[float]:
@@ -259,21 +331,56 @@ class HighsBackend:
             return False
         return True
 
+    def __init__(self) -> None:
+        self.prepared: Prepared | None = None
+        """What :meth:`prepare` made, used by :meth:`solve` of the same problem."""
+
+    def prepare(self, problem: EpochProblem, params: SolveParams) -> Prepared | None:
+        """Build the model of ``problem`` and, where ``solve(problem, params, ...)`` will take the
+        LP path, start its LP relaxation in a thread (:class:`Prepared`); ``params`` as that call
+        will get them (``work_s`` decides the path and the iteration limit, ``time_limit_s`` is
+        the relaxation's wall-clock net from now). ``None`` for parameters ``solve`` refuses.
+        This backend's next :meth:`solve` of ``problem`` uses it; the caller calls
+        :meth:`Prepared.cancel` when done (a solve it did not reach leaves no thread behind)."""
+        self.prepared = None
+        try:
+            check_extra(params.extra, ALLOWED_EXTRA, self.name)
+        except ValueError:
+            return None
+        extra = dict(params.extra)
+        mode = str(extra.pop("mode", "auto"))
+        if mode not in ("auto", "mip", "lp"):
+            return None
+        lin = build_model(problem)
+        if _takes_mip(lin, mode, params.work_s):
+            self.prepared = Prepared(problem, lin)
+        else:
+            extra.pop("node_limit", None)
+            extra.pop("mip_rel_gap", None)
+            iterations = _lp_iterations(params)
+            sp = _parameters(params, params.time_limit_s, extra)
+            sp.iteration_limit = iterations
+            mp = model_proto(lin, integer=False)
+            self.prepared = Prepared(problem, lin, iterations, mp, sp, params.time_limit_s)
+        self.prepared.backend = self
+        return self.prepared
+
     def solve(
         self, problem: EpochProblem, params: SolveParams, hint: Assignment | None = None
     ) -> SolveResult:
+        """Uses what :meth:`prepare` made for this same ``problem`` (and parameters): its model,
+        and its LP relaxation's answer where it started one."""
         check_extra(params.extra, ALLOWED_EXTRA, self.name)
         t0 = time.monotonic()
-        lin = build_model(problem)
+        prepared = self.prepared if self.prepared is not None and self.prepared.problem is problem else None
+        lin = prepared.lin if prepared is not None else build_model(problem)
         extra = dict(params.extra)
         mode = str(extra.pop("mode", "auto"))
-        work = params.work_s
         if mode not in ("auto", "mip", "lp"):
             raise ValueError(f"extra.mode: 'auto', 'mip' or 'lp', got {mode!r}")
-        mip = mode == "mip" or (mode == "auto" and (work is None or lin.n <= VARS_PER_WORK_S * work))
-        if mip:
+        if _takes_mip(lin, mode, params.work_s):
             return self._mip(problem, params, lin, extra, hint, t0)
-        return self._lp(problem, params, lin, extra, hint, t0)
+        return self._lp(problem, params, lin, extra, hint, t0, prepared)
 
     def _mip(
         self, problem: EpochProblem, params: SolveParams, lin: LinearModel, extra: dict[str, Any],
@@ -311,19 +418,22 @@ class HighsBackend:
 
     def _lp(
         self, problem: EpochProblem, params: SolveParams, lin: LinearModel, extra: dict[str, Any],
-        hint: Assignment | None, t0: float,
+        hint: Assignment | None, t0: float, prepared: Prepared | None = None,
     ) -> SolveResult:
         from optsched.engine.backends.greedy import guided_assignment
 
         extra.pop("node_limit", None)
         extra.pop("mip_rel_gap", None)
         work = params.work_s if params.work_s is not None else params.time_limit_s
-        iterations = max(MIN_ITERATIONS, round(work * ITERATIONS_PER_S))
-        mp = model_proto(lin, integer=False)
-        budget = max(0.01, params.time_limit_s - (time.monotonic() - t0))
-        sp = _parameters(params, budget, extra)
-        sp.iteration_limit = iterations
-        res, wall = _solve(mp, sp, None, budget)
+        iterations = _lp_iterations(params)
+        if prepared is not None and prepared.iterations == iterations:
+            res, wall = prepared.lp_result()  # started before the greedy plan, on another core
+        else:
+            mp = model_proto(lin, integer=False)
+            budget = max(0.01, params.time_limit_s - (time.monotonic() - t0))
+            sp = _parameters(params, budget, extra)
+            sp.iteration_limit = iterations
+            res, wall = _solve(mp, sp, None, budget)
         from ortools.math_opt import result_pb2
 
         if wall:

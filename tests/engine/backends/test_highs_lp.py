@@ -4,6 +4,7 @@ below the greedy plan or the guided plan, and passes the checker."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -12,7 +13,14 @@ import optsched
 from optsched.engine.backends import get_backend
 from optsched.engine.backends.base import SolveParams, SolveStatus
 from optsched.engine.backends.greedy import greedy_assignment, guided_assignment
-from optsched.engine.backends.highs import _parameters, _solve, _values, model_proto
+from optsched.engine.backends.highs import (
+    VARS_PER_WORK_S,
+    HighsBackend,
+    _parameters,
+    _solve,
+    _values,
+    model_proto,
+)
 from optsched.engine.check import check_decision
 from optsched.engine.epoch import _prepare
 from optsched.engine.formulation import build_model
@@ -179,3 +187,48 @@ def test_a_rins_neighbourhood_too_large_for_the_work_left_is_cut_not_skipped() -
     assert out.objective is not None and out.bound is not None
     assert "to fit the work left" in out.detail
     assert out.objective > greedy.objective(p) + 1.0
+
+
+def _lp_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "optsched-highs-lp"]
+
+
+@pytest.mark.parametrize(
+    ("size", "seed", "mode"), [("venus", 3, "lp"), ("venus", 5, "auto"), ("tiny", 1, "mip")]
+)
+def test_a_prepared_solve_gives_the_same_answer_as_one_built_in_the_call(
+    size: str, seed: int, mode: str
+) -> None:
+    """The model built and the LP relaxation started before the greedy plan (``prepare``, on
+    another thread) give exactly the answer of a solve that builds and relaxes in the call."""
+    state = load_state(generate(size, seed))  # type: ignore[arg-type]
+    p = _prepare(state, SolveParams(), PRED, {}).problem
+    params = SolveParams(time_limit_s=60, work_s=2.0, extra={"mode": mode})
+    highs = HighsBackend()
+    prepared = highs.prepare(p, params)
+    assert prepared is not None and prepared.problem is p
+    # the LP runs ahead exactly where the call takes the LP path
+    lp_path = mode == "lp" or (mode == "auto" and build_model(p).n > VARS_PER_WORK_S * 2.0)
+    assert (prepared.iterations is not None) == lp_path
+    greedy = greedy_assignment(p)
+    got = highs.solve(p, params, greedy)  # uses what ``prepare`` made for ``p``
+    prepared.cancel()
+    want = HighsBackend().solve(p, params, greedy)  # builds and relaxes in the call
+    assert got.assignment is not None and want.assignment is not None
+    assert (got.status, got.objective, got.bound) == (want.status, want.objective, want.bound)
+    assert got.detail == want.detail
+    g, w = got.assignment, want.assignment
+    assert (g.starts, g.preempt, g.guests) == (w.starts, w.preempt, w.guests)
+    assert _lp_threads() == []
+
+
+def test_a_cancelled_prepared_lp_leaves_no_thread_and_an_epoch_leaves_none() -> None:
+    p = _prepare(load_state(generate("medium", 1)), SolveParams(), PRED, {}).problem
+    prepared = HighsBackend().prepare(p, SolveParams(time_limit_s=60, work_s=50.0, extra={"mode": "lp"}))
+    assert prepared is not None and prepared.iterations is not None
+    prepared.cancel()  # at once: the relaxation is interrupted, its thread joined
+    assert _lp_threads() == []
+    state = load_state(generate("medium", 2, shapes=True))
+    d = optsched.solve_epoch(state, params=SolveParams(backend="highs", time_limit_s=1.0), predictor=PRED)
+    assert check_decision(state, d) == [] and "model" in d.solver.stage_seconds
+    assert _lp_threads() == []
