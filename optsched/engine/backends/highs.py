@@ -35,6 +35,7 @@ import math
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from optsched.engine.backends.base import WALL_CLOCK_HIT, SolveParams, SolveResult, SolveStatus, check_extra
@@ -169,6 +170,38 @@ def _solve(
     return res, wall
 
 
+class _Background:
+    """One HiGHS solve (:func:`_solve`) in a thread: HiGHS releases the GIL while it solves, so
+    it runs on another core while the caller goes on with Python work it does not depend on."""
+
+    def __init__(self, mp: Any, sp: Any, hint: Sequence[float] | None, budget: float, name: str) -> None:
+        self._out: dict[str, Any] = {}
+        self._net = _Net()
+        self._thread = threading.Thread(target=self._run, args=(mp, sp, hint, budget), name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self, mp: Any, sp: Any, hint: Sequence[float] | None, budget: float) -> None:
+        try:
+            self._out["res"] = _solve(mp, sp, hint, budget, self._net)
+        except BaseException as exc:  # handed to the caller by ``result``
+            self._out["exc"] = exc
+
+    def result(self) -> tuple[Any, bool]:
+        """The solve's result and whether the wall-clock net ended it (waits for it)."""
+        self._thread.join()
+        if "exc" in self._out:
+            raise self._out["exc"]
+        res: tuple[Any, bool] = self._out["res"]
+        return res
+
+    def cancel(self) -> None:
+        """Stop the solve if it still runs, and wait for its thread (no solve outlives the call
+        that started it)."""
+        if self._thread.is_alive():
+            self._net.stop()
+        self._thread.join()
+
+
 class Prepared:
     """The model of one epoch problem, built before :meth:`HighsBackend.solve` is called, and
     its LP relaxation already running in a thread where that call will take the LP path
@@ -187,38 +220,28 @@ class Prepared:
         """The backend whose :meth:`HighsBackend.solve` uses it (set by :meth:`HighsBackend.prepare`)."""
         self.iterations = iterations
         """The LP's iteration limit (``None``: no LP started)."""
-        self._out: dict[str, Any] = {}
-        self._net: _Net | None = None
-        self._thread: threading.Thread | None = None
-        if iterations is not None:
-            self._net = _Net()
-            self._thread = threading.Thread(
-                target=self._run, args=(mp, sp, budget), name="optsched-highs-lp", daemon=True
-            )
-            self._thread.start()
-
-    def _run(self, mp: Any, sp: Any, budget: float) -> None:
-        try:
-            self._out["res"] = _solve(mp, sp, None, budget, self._net)
-        except BaseException as exc:  # handed to the caller by ``lp_result``
-            self._out["exc"] = exc
+        self._lp = _Background(mp, sp, None, budget, "optsched-highs-lp") if iterations is not None else None
 
     def lp_result(self) -> tuple[Any, bool]:
         """The relaxation's result and whether the wall-clock net ended it (waits for it)."""
-        assert self._thread is not None
-        self._thread.join()
-        if "exc" in self._out:
-            raise self._out["exc"]
-        res: tuple[Any, bool] = self._out["res"]
-        return res
+        assert self._lp is not None
+        return self._lp.result()
 
     def cancel(self) -> None:
-        """Stop the relaxation if it still runs, and wait for its thread (no solve outlives the
-        call that started it)."""
-        if self._thread is not None:
-            if self._thread.is_alive() and self._net is not None:
-                self._net.stop()
-            self._thread.join()
+        """Stop the relaxation if it still runs, and wait for its thread."""
+        if self._lp is not None:
+            self._lp.cancel()
+
+
+@dataclass
+class _RinsRun:
+    """A RINS branch and bound started in a thread, and what its answer will say of it."""
+
+    solve: _Background
+    detail: str
+
+    def cancel(self) -> None:
+        self.solve.cancel()
 
 
 def _takes_mip(lin: LinearModel, mode: str, work: float | None) -> bool:
@@ -445,27 +468,45 @@ class HighsBackend:
             return SolveResult(SolveStatus.NO_SOLUTION, self.name, time.monotonic() - t0, detail=detail)
         values = _values(res, lin.n)
         lp_bound = res.termination.objective_bounds.dual_bound + lin.offset
-        a = guided_assignment(problem, lin, values)
-        obj = a.objective(problem)
-        how = "the greedy plan guided by its solution"
-        if hint is not None and hint.objective(problem) > obj:
-            a, obj = hint, hint.objective(problem)
-            how = "the greedy plan"
         iters = res.solve_stats.simplex_iterations
-        proven = obj >= lp_bound - REL_GAP * max(1.0, abs(lp_bound))
         left = work - iters / ITERATIONS_PER_S
-        if hint is not None and not proven:
-            # RINS around the greedy plan (around the guided plan, which agrees with the LP on
-            # more, it searched a smaller neighbourhood and ended 0.5-8% below the LP's bound
-            # on medium seeds, against 0.002-0.45%), or the guided plan when the greedy plan
-            # does not satisfy the model
-            step = self._rins(problem, params, lin, values, [hint] if a is hint else [hint, a], left, t0)
-            if step is None:  # the wall clock ended it: as in branch and bound, not reproducible
-                return SolveResult(SolveStatus.NO_SOLUTION, self.name, time.monotonic() - t0,
-                                   detail=f"RINS after the LP relaxation ({WALL_CLOCK_HIT})")
-            if step.assignment is not None and step.objective is not None and step.objective > obj + 1e-9:
-                a, obj = step.assignment, step.objective
-                how = f"RINS ({step.detail.split('; ')[0]})"
+        hint_value = hint.objective(problem) if hint is not None else None
+        early: _RinsRun | None = None
+        if hint is not None and hint_value is not None \
+                and hint_value < lp_bound - REL_GAP * max(1.0, abs(lp_bound)):
+            # the greedy plan does not prove the bound. When it satisfies the model, the RINS
+            # step below searches around it whatever the guided plan is: it starts now, on
+            # another core while the guided plan is made, and is stopped if that plan proves it
+            x = from_assignment(lin, problem, hint)
+            if is_feasible(lin, x):
+                early = self._rins_start(params, lin, values, x, False, left, t0)
+        try:
+            a = guided_assignment(problem, lin, values)
+            obj = a.objective(problem)
+            how = "the greedy plan guided by its solution"
+            if hint is not None and hint_value is not None and hint_value > obj:
+                a, obj = hint, hint_value
+                how = "the greedy plan"
+            proven = obj >= lp_bound - REL_GAP * max(1.0, abs(lp_bound))
+            if hint is not None and not proven:
+                # RINS around the greedy plan (around the guided plan, which agrees with the LP
+                # on more, it searched a smaller neighbourhood and ended 0.5-8% below the LP's
+                # bound on medium seeds, against 0.002-0.45%), or the guided plan when the
+                # greedy plan does not satisfy the model
+                if early is not None:
+                    step = self._rins_result(problem, lin, early)
+                else:
+                    plans = [hint] if a is hint else [hint, a]
+                    step = self._rins(problem, params, lin, values, plans, left, t0)
+                if step is None:  # the wall clock ended it: as in branch and bound, not reproducible
+                    return SolveResult(SolveStatus.NO_SOLUTION, self.name, time.monotonic() - t0,
+                                       detail=f"RINS after the LP relaxation ({WALL_CLOCK_HIT})")
+                if step.assignment is not None and step.objective is not None and step.objective > obj + 1e-9:
+                    a, obj = step.assignment, step.objective
+                    how = f"RINS ({step.detail.split('; ')[0]})"
+        finally:
+            if early is not None:
+                early.cancel()
         proven = obj >= lp_bound - REL_GAP * max(1.0, abs(lp_bound))
         seconds = time.monotonic() - t0
         detail = (
@@ -494,9 +535,20 @@ class HighsBackend:
         # the first plan that satisfies the model, built only as far as needed
         i, x = next(((i, v) for i, v in ((i, from_assignment(lin, problem, a)) for i, a in enumerate(plans))
                      if is_feasible(lin, v)), (-1, None))
-        x_is_guided = i == 1
         if x is None:
             return SolveResult(SolveStatus.NO_SOLUTION, self.name, 0.0, detail="no feasible start")
+        run = self._rins_start(params, lin, lp, x, i == 1, work, t0)
+        try:
+            return self._rins_result(problem, lin, run)
+        finally:
+            run.cancel()
+
+    def _rins_start(
+        self, params: SolveParams, lin: LinearModel, lp: Sequence[float], x: list[int],
+        x_is_guided: bool, work: float, t0: float,
+    ) -> _RinsRun:
+        """Fix the neighbourhood around ``x`` (a plan that satisfies the model) and start its
+        branch and bound in a thread (:class:`_Background`)."""
         mp = model_proto(lin, integer=True)
         lbs, ubs = mp.variables.lower_bounds, mp.variables.upper_bounds
         fixed = _rins_fixed(lin, lp, x)
@@ -516,12 +568,17 @@ class HighsBackend:
         sp.relative_gap_tolerance = REL_GAP
         nodes = max(MIN_NODES, round(work * NODES_PER_S))
         sp.node_limit = nodes
-        res, wall = _solve(mp, sp, x, budget)
+        detail = (f"around {'the guided plan' if x_is_guided else 'the greedy plan'}: {free} of {lin.n} "
+                  f"variables free{cut}, node limit {nodes}")
+        return _RinsRun(_Background(mp, sp, x, budget, "optsched-highs-rins"), detail)
+
+    def _rins_result(self, problem: EpochProblem, lin: LinearModel, run: _RinsRun) -> SolveResult | None:
+        """A RINS run's answer (waits for it); ``None`` when the wall clock stopped it."""
+        res, wall = run.solve.result()
         if wall:
             return None
         has = len(res.solutions) > 0 and res.solutions[0].HasField("primal_solution")
         if not has:
             return SolveResult(SolveStatus.NO_SOLUTION, self.name, 0.0, detail="no solution")
-        return solved(lin, problem, _values(res, lin.n), SolveStatus.FEASIBLE, self.name, 0.0, None,
-                      f"around {'the guided plan' if x_is_guided else 'the greedy plan'}: {free} of {lin.n} "
-                      f"variables free{cut}, node limit {nodes}")
+        values = _values(res, lin.n)
+        return solved(lin, problem, values, SolveStatus.FEASIBLE, self.name, 0.0, None, run.detail)

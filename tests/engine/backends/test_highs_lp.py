@@ -190,7 +190,8 @@ def test_a_rins_neighbourhood_too_large_for_the_work_left_is_cut_not_skipped() -
 
 
 def _lp_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == "optsched-highs-lp"]
+    """The LP relaxation's and RINS's solver threads still alive."""
+    return [t for t in threading.enumerate() if t.name.startswith("optsched-highs-")]
 
 
 @pytest.mark.parametrize(
