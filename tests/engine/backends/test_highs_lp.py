@@ -5,6 +5,7 @@ below the greedy plan or the guided plan, and passes the checker."""
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -14,8 +15,10 @@ from optsched.engine.backends import get_backend
 from optsched.engine.backends.base import SolveParams, SolveStatus
 from optsched.engine.backends.greedy import greedy_assignment, guided_assignment
 from optsched.engine.backends.highs import (
+    ITERATIONS_PER_S,
     VARS_PER_WORK_S,
     HighsBackend,
+    _lp_iterations,
     _parameters,
     _solve,
     _values,
@@ -232,4 +235,26 @@ def test_a_cancelled_prepared_lp_leaves_no_thread_and_an_epoch_leaves_none() -> 
     state = load_state(generate("medium", 2, shapes=True))
     d = optsched.solve_epoch(state, params=SolveParams(backend="highs", time_limit_s=1.0), predictor=PRED)
     assert check_decision(state, d) == [] and "model" in d.solver.stage_seconds
+    assert _lp_threads() == []
+
+
+def test_the_rins_step_started_before_the_guided_plan_finds_what_it_finds_after_it() -> None:
+    """The RINS step around the greedy plan now runs while the guided plan is made; run on its
+    own after the LP, as it ran before, it finds the very plan the solve answers with."""
+    p = _prepare(load_state(generate("medium", 1)), SolveParams(), PRED, {}).problem
+    greedy = greedy_assignment(p)
+    params = SolveParams(time_limit_s=60, work_s=2.0, extra={"mode": "lp"})
+    highs = HighsBackend()
+    got = highs.solve(p, params, greedy)
+    assert "RINS (around the greedy plan" in got.detail and got.assignment is not None
+    lin = build_model(p)
+    sp = _parameters(params, 60.0, {})
+    sp.iteration_limit = _lp_iterations(params)
+    res, _ = _solve(model_proto(lin, integer=False), sp, None, 60.0)
+    left = 2.0 - res.solve_stats.simplex_iterations / ITERATIONS_PER_S
+    step = highs._rins(p, params, lin, _values(res, lin.n), [greedy], left, time.monotonic())
+    assert step is not None and step.assignment is not None
+    assert step.objective == got.objective
+    s, g = step.assignment, got.assignment
+    assert (s.starts, s.preempt) == (g.starts, g.preempt)
     assert _lp_threads() == []
