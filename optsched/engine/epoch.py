@@ -504,8 +504,7 @@ def _solve(
     result: SolveResult | None = None
     fallback_reason: str | None = None
     try:
-        backend = prepared.backend if prepared is not None and prepared.backend else None
-        backend = backend or get_backend(params.backend)
+        backend = prepared.backend if prepared is not None else get_backend(params.backend)
         result = backend.solve(
             problem, params.with_(time_limit_s=wall_s, work_s=_work_s(problem, budget)), hint
         )

@@ -211,13 +211,13 @@ class Prepared:
     iteration limit; one thread, fixed seed), so its answer is the same, only earlier."""
 
     def __init__(
-        self, problem: EpochProblem, lin: LinearModel, iterations: int | None = None,
+        self, backend: HighsBackend, problem: EpochProblem, lin: LinearModel, iterations: int | None = None,
         mp: Any = None, sp: Any = None, budget: float = 0.0,
     ) -> None:
+        self.backend = backend
+        """The backend whose :meth:`HighsBackend.solve` uses it (the one that prepared it)."""
         self.problem = problem
         self.lin = lin
-        self.backend: HighsBackend | None = None
-        """The backend whose :meth:`HighsBackend.solve` uses it (set by :meth:`HighsBackend.prepare`)."""
         self.iterations = iterations
         """The LP's iteration limit (``None``: no LP started)."""
         self._lp = _Background(mp, sp, None, budget, "optsched-highs-lp") if iterations is not None else None
@@ -376,7 +376,7 @@ class HighsBackend:
             return None
         lin = build_model(problem)
         if _takes_mip(lin, mode, params.work_s):
-            self.prepared = Prepared(problem, lin)
+            self.prepared = Prepared(self, problem, lin)
         else:
             extra.pop("node_limit", None)
             extra.pop("mip_rel_gap", None)
@@ -384,8 +384,7 @@ class HighsBackend:
             sp = _parameters(params, params.time_limit_s, extra)
             sp.iteration_limit = iterations
             mp = model_proto(lin, integer=False)
-            self.prepared = Prepared(problem, lin, iterations, mp, sp, params.time_limit_s)
-        self.prepared.backend = self
+            self.prepared = Prepared(self, problem, lin, iterations, mp, sp, params.time_limit_s)
         return self.prepared
 
     def solve(
