@@ -66,6 +66,8 @@ MAX_PLAN_TERMS = 20000
 model's size, never the clock, decides)."""
 VALUE_SCALE = 1000
 """Integer scale of the job values in the CP-SAT slot model."""
+_INT64_MIN = -(2**63)
+"""The lower end of a CP-SAT ``<=`` row's domain."""
 
 
 def remaining_s(runtime_s: float, now: float, start_s: float | None) -> float:
@@ -500,36 +502,45 @@ def _cpsat_plan(
         return None  # nothing fits anywhere: the (empty) plan is the hint's
     from ortools.sat.python import cp_model
 
+    # The model is written straight into its proto: one 0-1 variable per candidate (numbered in
+    # item order), at most one per item, a capacity row where the candidates could overfill an
+    # instant, value x earliness maximised. Through the Python API (a named variable object per
+    # candidate, weighted-sum expressions) building it cost a third of its solve; the proto is
+    # the same one, term for term, less the variable names the solver never reads.
     m = cp_model.CpModel()
-    xs: list[list[tuple[int, int, cp_model.IntVar]]] = []
-    use: dict[tuple[int, int], list[tuple[int, cp_model.IntVar]]] = defaultdict(list)
-    hinted: list[int] = []
+    proto = m.proto
+    use: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
+    rows_of: list[range] = []
     hint_values: list[int] = []
+    coeffs: list[int] = []
+    n = 0
     for i, (it, got) in enumerate(zip(items, cands, strict=True)):
-        row = []
+        rows_of.append(range(n, n + len(got)))
         for k, t, first, last, rows in got:
-            v = m.new_bool_var(f"x{i}_{k}_{t}")
-            row.append((k, t, v))
             for r in rows:
                 for x in range(first, last + 1):
-                    use[(r, x)].append((it.gpus, v))
-            hinted.append(v.index)
+                    use[(r, x)].append((it.gpus, n))
             hint_values.append(int(hint[i] == (k, t)))
-        if row:
-            m.add_at_most_one(v for _, _, v in row)
-        xs.append(row)
-    # the model is built in bulk (the hint straight into the proto, weighted sums): building it
-    # term by term through the Python API cost as much as solving it (the same model either way)
-    m.proto.solution_hint.vars.extend(hinted)
-    m.proto.solution_hint.values.extend(hint_values)
-    weighted_sum = cp_model.LinearExpr.weighted_sum
+            coeffs.append(-it.value * (slots + 1 - k))  # maximised: scaling -1 on the negated sum
+            n += 1
+    variables = proto.variables
+    for _ in range(n):
+        variables.add().domain.extend((0, 1))
+    constraints = proto.constraints
+    for span in rows_of:
+        if span:
+            constraints.add().at_most_one.literals.extend(span)
     for (t, x), on in sorted(use.items()):
         if sum(g for g, _ in on) > free[t][x]:
-            m.add(weighted_sum([v for _, v in on], [g for g, _ in on]) <= free[t][x])
-    m.maximize(weighted_sum(
-        [v for row in xs for _, _, v in row],
-        [it.value * (slots + 1 - k) for it, row in zip(items, xs, strict=True) for k, _, _ in row],
-    ))
+            linear = constraints.add().linear
+            linear.vars.extend([v for _, v in on])
+            linear.coeffs.extend([g for g, _ in on])
+            linear.domain.extend((_INT64_MIN, free[t][x]))
+    proto.objective.vars.extend(range(n))
+    proto.objective.coeffs.extend(coeffs)
+    proto.objective.scaling_factor = -1.0
+    proto.solution_hint.vars.extend(range(n))
+    proto.solution_hint.values.extend(hint_values)
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = seed
@@ -546,7 +557,11 @@ def _cpsat_plan(
         raise _WallCut
     if solver.objective_value <= _score(items, hint, slots) + 0.5:
         return None
-    return [next(((k, t) for k, t, v in row if solver.boolean_value(v)), None) for row in xs]
+    chosen = solver.response_proto.solution
+    return [
+        next(((k, t) for (k, t, *_), v in zip(got, span, strict=True) if chosen[v]), None)
+        for got, span in zip(cands, rows_of, strict=True)
+    ]
 
 
 class _WallCut(Exception):
