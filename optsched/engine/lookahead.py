@@ -268,7 +268,10 @@ def plan_reservations(state: ClusterState, predictions: Predictions, lp: Lookahe
     starts: dict[tuple[str, tuple[int, ...]], tuple[float, dict[str, int]] | None] = {}
     holds: list[Reservation] = []
     taken: set[str] = set()
+    reservable = {t for t, c in cap.items() if c >= lp.reserve_min_gpus}
     for job in big:
+        if taken >= reservable:
+            break  # every type a gang fits holds its reservation: no later gang can get one
         types = [t for t in state.allowed_types(job) if cap.get(t, 0) >= job.gpus]
         if not types:
             continue  # it may never start

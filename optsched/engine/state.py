@@ -8,6 +8,7 @@ tenant or GPU type, duplicated ids, running jobs without a full allocation, a GP
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -121,7 +122,17 @@ class ClusterState:
         now = snap.now
 
         job_index: dict[str, int] = {}
-        holders: dict[GpuKey, list[int]] = defaultdict(list)
+        first: dict[GpuKey, int] = {}
+        """Each held GPU -> the index of the first job on it, in the order the GPUs appear."""
+        shared: dict[GpuKey, list[int]] = {}
+        """GPUs held by two or more jobs -> all of them, in snapshot order."""
+
+        def hold(key: GpuKey, i: int) -> None:
+            if key in first:
+                shared.setdefault(key, [first[key]]).append(i)
+            else:
+                first[key] = i
+
         for i, job in enumerate(snap.jobs):
             if job.id in job_index:
                 raise SnapshotError(f"jobs[{i}].id", f"duplicated job id '{job.id}'")
@@ -167,6 +178,15 @@ class ClusterState:
                 raise SnapshotError(f"{p}.start_s", f"start in the future ({job.start_s} > now)")
             if job.start_s < job.submit_s:
                 raise SnapshotError(f"{p}.start_s", "starts before it was submitted")
+            keys = [(ref.node, ref.gpu) for ref in alloc]
+            if _allocation_ok(keys, node_gpus, node_types, allowed, pool):
+                if first.keys().isdisjoint(keys):
+                    first.update(zip(keys, itertools.repeat(i)))  # no GPU shared so far: in bulk
+                else:
+                    for key in keys:
+                        hold(key, i)
+                continue
+            # something is wrong with it: the GPU-by-GPU walk below names the first fault
             seen: set[GpuKey] = set()
             jtype: str | None = None
             for k, ref in enumerate(alloc):
@@ -194,7 +214,7 @@ class ClusterState:
                     raise SnapshotError(f"{p}.allocation[{k}]", f"mixes GPU types '{jtype}' and '{t}'")
                 if allowed is not None and t not in allowed:
                     raise SnapshotError(f"{p}.allocation[{k}]", f"GPU type '{t}' is not allowed for this job")
-                holders[key].append(i)
+                hold(key, i)
 
         host_of: dict[str, str] = {}
         for i, job in enumerate(snap.jobs):
@@ -203,10 +223,21 @@ class ClusterState:
             if job.guest_of not in job_index or snap.jobs[job_index[job.guest_of]].state != "running":
                 raise SnapshotError(f"jobs[{i}].guest_of", f"unknown running job '{job.guest_of}'")
 
-        gpu_holders: dict[GpuKey, tuple[str, ...]] = {}
+        jobs = snap.jobs
+        alone = [(job.id,) for job in jobs]
+        # every GPU held as if by its first job alone (the common case), then the GPUs shared or
+        # held by fractional jobs, in the same order, put right
+        gpu_holders: dict[GpuKey, tuple[str, ...]] = {key: alone[i] for key, i in first.items()}
         gpu_shares: dict[GpuKey, int] = {}
-        for key, idxs in holders.items():
-            fractional = [snap.jobs[x].is_fractional for x in idxs]
+        fractional_jobs = {x for x, job in enumerate(jobs) if job.is_fractional}
+        special = (
+            [key for key, i in first.items() if key in shared or i in fractional_jobs]
+            if fractional_jobs
+            else [key for key in first if key in shared] if shared else []
+        )
+        for key in special:
+            idxs = shared.get(key) or [first[key]]
+            fractional = [x in fractional_jobs for x in idxs]
             if any(fractional):
                 gpu_shares[key] = _shares(snap, key, idxs, fractional)
                 gpu_holders[key] = tuple(snap.jobs[x].id for x in idxs)
@@ -409,6 +440,28 @@ class ClusterState:
         its whole path."""
         topo = self.snapshot.nodes[self.node_index[node_id]].topology or {}
         return tuple(topo[name] for name in self.topology_levels[: level + 1])
+
+
+def _allocation_ok(
+    keys: list[GpuKey],
+    node_gpus: dict[str, int],
+    node_types: dict[str, str],
+    allowed: list[str] | None,
+    pool: set[GpuKey],
+) -> bool:
+    """Whether a running job's GPUs are all sound at once: known nodes, indices in range, no GPU
+    twice, none of the workflow pool, one GPU type and an allowed one. Checked in bulk (a
+    snapshot holds a running GPU per busy GPU of the cluster, and this is asked for every one of
+    them at every decision); on False the caller walks the GPUs to name the first fault."""
+    nodes = {n for n, _ in keys}
+    if not node_gpus.keys() >= nodes or len(set(keys)) != len(keys):
+        return False
+    if not all(g < node_gpus[n] for n, g in keys):
+        return False
+    types = {node_types[n] for n in nodes}
+    if len(types) != 1 or (allowed is not None and not types <= set(allowed)):
+        return False
+    return not pool or pool.isdisjoint(keys)
 
 
 def _validate_elastic(job: Job, i: int) -> None:
