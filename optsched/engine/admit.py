@@ -61,6 +61,7 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,30 +113,58 @@ def _next_state(state: ClusterState, started: set[str]) -> dict[str, dict[str, A
     """``assurance_state`` after the event: started guaranteed jobs counted, no decay."""
     snap = state.snapshot
     prev = snap.assurance_state or {}
-    out: dict[str, dict[str, Any]] = {}
     counted: dict[str, list[Job]] = defaultdict(list)
     for job in state.pending():
         if job.qos == "guaranteed" and job.id in started:
             counted[job.tenant].append(job)
-    for ten in state.tenant_ids:
-        st = prev.get(ten, {})
-        met = float(st.get("met", 0.0))
-        total = float(st.get("total", 0.0))
-        missed = set(st.get("missed", []))
-        d, _ = asr.max_delay(state, ten)
-        for job in counted.get(ten, ()):
+    return {
+        ten: _tenant_next(prev.get(ten, {}), counted.get(ten, ()), state, snap.now)
+        for ten in state.tenant_ids
+    }
+
+
+def _tenant_next(
+    st: Mapping[str, Any], counted: Sequence[Job], state: ClusterState | None, now: float
+) -> dict[str, Any]:
+    """One tenant's ``assurance_state`` after an event that started its guaranteed jobs
+    ``counted`` (``state`` is read only for them)."""
+    met = float(st.get("met", 0.0))
+    total = float(st.get("total", 0.0))
+    missed = set(st.get("missed", []))
+    if counted:
+        assert state is not None
+        d, _ = asr.max_delay(state, counted[0].tenant)
+        for job in counted:
             if job.id in missed:
                 missed.discard(job.id)  # counted as missed when its wait passed the target
                 continue
             total += 1.0
-            met += 1.0 if snap.now - job.submit_s <= d else 0.0
-        out[ten] = {
-            "a": round(float(st.get("a", 1.0)), 6),
-            "met": round(met, 6),
-            "total": round(total, 6),
-            "missed": sorted(missed),
-        }
-    return out
+            met += 1.0 if now - job.submit_s <= d else 0.0
+    return {
+        "a": round(float(st.get("a", 1.0)), 6),
+        "met": round(met, 6),
+        "total": round(total, 6),
+        "missed": sorted(missed),
+    }
+
+
+def _carried_assurance(prev: Mapping[str, Mapping[str, Any]], ten: str) -> float:
+    """The assurance an event decision reports for ``ten``: the previous epoch's, 1 when unknown."""
+    return round(float(prev.get(ten, {}).get("a", 1.0)), 6)
+
+
+def quiet_event_assurance(
+    tenant_ids: Sequence[str], prev: Mapping[str, Mapping[str, Any]] | None
+) -> tuple[dict[str, float], dict[str, dict[str, Any]]]:
+    """``assurance`` and ``assurance_state`` of an event decision that starts nothing, as
+    :func:`decide_event` writes them: the previous state carried (rounded), nothing decayed.
+    They depend on the previous state alone, so a host that knows no start is possible
+    (``optsched.sim``'s replay) can log them without asking for the decision."""
+    prev = prev or {}
+    return (
+        {t: _carried_assurance(prev, t) for t in tenant_ids},
+        {t: _tenant_next(prev.get(t, {}), (), None, 0.0) for t in tenant_ids},
+    )
 
 
 def _usage(state: ClusterState) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]:
@@ -390,7 +419,7 @@ def _event_decision(led: _EventLedger, order: list[Job]) -> Decision:
         queue=queue,
         loans=loans,
         kept_over_quota=kept_over_quota(uncovered),
-        assurance={t: round(float(prev.get(t, {}).get("a", 1.0)), 6) for t in state.tenant_ids},
+        assurance={t: _carried_assurance(prev, t) for t in state.tenant_ids},
         assurance_state=_next_state(state, led.started),
     )
 

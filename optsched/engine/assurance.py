@@ -178,3 +178,22 @@ def next_state(
             "missed": sorted(missed_now),
         }
     return out
+
+
+def figures(
+    state: ClusterState, signal: dict[str, TenantAssurance], started: list[str]
+) -> tuple[dict[str, float], dict[str, dict[str, Any]]]:
+    """A decision's ``assurance`` (each tenant's signal, rounded) and ``assurance_state``
+    (:func:`next_state`) when it starts ``started``."""
+    return (
+        {t: round(signal[t].value, 6) for t in state.tenant_ids},
+        next_state(state, signal, started),
+    )
+
+
+def quiet_figures(state: ClusterState) -> tuple[dict[str, float], dict[str, dict[str, Any]]]:
+    """:func:`figures` of an epoch decision that starts nothing, with the signal computed from
+    the snapshot (:func:`compute`): what the epoch writes when it changes nothing, so a host
+    that knows no start, stop or resize is possible (``optsched.sim``'s replay) can log the
+    assurance without asking for the decision."""
+    return figures(state, compute(state), [])

@@ -84,6 +84,7 @@ def to_decision(
         solver.notes.append(over_quota_note(ten, tname, n))
 
     queue, kind_of = _queue(state, problem, started)
+    assurance, assurance_state = asr.figures(state, signal, sorted(started))
     explanations = _explain(state, problem, starts, preempt, resizes, use, loans, queue, kind_of, signal)
     return Decision(
         now=state.snapshot.now,
@@ -97,8 +98,8 @@ def to_decision(
         explanations=explanations,
         loans=loans,
         kept_over_quota=kept_over_quota(uncovered),
-        assurance={t: round(signal[t].value, 6) for t in state.tenant_ids},
-        assurance_state=asr.next_state(state, signal, sorted(started)),
+        assurance=assurance,
+        assurance_state=assurance_state,
         predictions=_predictions(predictions),
     )
 

@@ -45,7 +45,7 @@ import math
 import random
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -131,6 +131,24 @@ def starts_by(policy: Any) -> frozenset[str]:
     return frozenset(value)
 
 
+_Figures = tuple[dict[str, float], dict[str, dict[str, Any]]]
+"""A decision's ``assurance`` and ``assurance_state``."""
+
+
+def unchanged_figures(policy: Any) -> Callable[..., _Figures] | None:
+    """What ``policy`` declares in ``unchanged``: a method ``unchanged(event, tenant_ids,
+    assurance_state, state)`` giving the ``assurance`` and ``assurance_state`` of its decision
+    (``event``: the event path's, else the epoch's) when that decision starts, stops and
+    resizes nothing, from the previous ``assurance_state`` and, when it needs them, the
+    engine state (``state()`` builds it). Its decisions may depend on the clock and carry
+    state from one to the next (optsched's assurance signal), so they cannot be repeated; but
+    when no job can start in any way the policy has, its decision changes nothing and only
+    these figures move on. The simulator then logs them without asking (see
+    :meth:`Simulator._may_change`); None: no such method."""
+    value = getattr(policy, "unchanged", None)
+    return value if callable(value) else None
+
+
 EPOCH, TRIGGER, EVENT = 0, 1, 2
 """``job`` field of a DECIDE event: an epoch tick, a (min-gap) trigger, an event decision."""
 
@@ -167,6 +185,10 @@ class SimConfig:
     load_scale: float = 1.0
     """Time-compress arrivals by this factor: submission times (from the first one) are
     divided by it, so the offered load grows by the same factor."""
+    verify_unchanged: bool = False
+    """Ask the policy even where the simulator would log its unchanged decision without asking
+    (:func:`unchanged_figures`), and fail when that decision starts, stops or resizes anything
+    or carries other assurance figures: the check of :meth:`Simulator._may_change` (tests)."""
 
 
 class GroundTruth:
@@ -462,6 +484,8 @@ class Simulator:
         """Per placeable job: (tenant, GPU types it may use, fewest GPUs it starts on)."""
         self._pending_fit: dict[tuple[str, tuple[str, ...], int], int] = defaultdict(int)
         """How many pending jobs have each ``_fit_key`` (see :meth:`_could_start`)."""
+        self._pending_guaranteed: dict[tuple[str, tuple[str, ...], int], int] = defaultdict(int)
+        """Of those, how many are guaranteed (see :meth:`_may_change`)."""
         self._spread_keys: set[tuple[str, tuple[str, ...], int]] = set()
         """``_fit_key`` of the elastic jobs: they may spread over nodes (the engine's rule), the
         others take their default node shape (:func:`optsched.engine.shape.default_pieces`)."""
@@ -496,6 +520,18 @@ class Simulator:
                     self._spread_keys.add(self._fit_key[sj.i])
         if self._unplaceable:
             self.log.notes.append(f"{len(self._unplaceable)} job(s) larger than the cluster")
+        self._unchanged = (
+            unchanged_figures(policy)
+            if on_decision is None and self._no_borrow and not self._spread_keys
+            and not self._skip_idle and not self._starts_by
+            else None
+        )
+        """The policy's :func:`unchanged_figures` where the simulator may use it: tenants may not
+        borrow (``partitioned``) and no job is elastic (a running elastic job may grow with no
+        job waiting)."""
+        self._tenant_ids = tuple(t.id for t in self._tenants)
+        self.unasked = 0
+        """Decisions logged from :func:`unchanged_figures` without asking the policy."""
 
     # ------------------------------------------------------------------ main loop
     def run(self) -> EventLog:
@@ -636,6 +672,8 @@ class Simulator:
     def _add_pending(self, sj: _SimJob) -> None:
         self.pending[sj.i] = sj
         self._pending_fit[self._fit_key[sj.i]] += 1
+        if sj.spec.qos == "guaranteed":
+            self._pending_guaranteed[self._fit_key[sj.i]] += 1
         if self._skip_idle == "head":
             queue = sj.tenant if self._no_borrow else ""
             heapq.heappush(self._fifo[queue], (sj.spec.submit_s, sj.id, sj.i))
@@ -646,6 +684,10 @@ class Simulator:
         self._pending_fit[key] -= 1
         if not self._pending_fit[key]:
             del self._pending_fit[key]
+        if sj.spec.qos == "guaranteed":
+            self._pending_guaranteed[key] -= 1
+            if not self._pending_guaranteed[key]:
+                del self._pending_guaranteed[key]
 
     def _free_nodes(self) -> dict[str, list[int]]:
         """Per GPU type, the GPUs no running job holds on each node that has any, most first."""
@@ -873,6 +915,10 @@ class Simulator:
         if self._quiet is not None and self._quiet[0] == self._change_key():
             self._record_repeat(self._quiet[1], event)
             return
+        unchanged = self._unchanged is not None and not self._may_change(event)
+        if unchanged and not self.cfg.verify_unchanged:
+            self._record_unchanged(event)
+            return
         t_snap = time.perf_counter()
         snap = self.snapshot()
         t_state = time.perf_counter()
@@ -896,6 +942,8 @@ class Simulator:
                     f"policy '{self.log.policy}' at t={self.now}: {len(bad)} violation(s): {lines}"
                 )
         t2 = time.perf_counter()
+        if unchanged:
+            self._verify_unchanged(decision, event, state)
         self._apply(decision)
         if self._clock_free and not (decision.start or decision.preempt or decision.resize):
             self._quiet = (self._change_key(), decision)
@@ -920,6 +968,80 @@ class Simulator:
         self._log_assurance(decision)
         if self.on_decision is not None:
             self.on_decision(snap, decision)
+
+    def _may_change(self, event: bool) -> bool:
+        """Whether a :func:`unchanged_figures` policy's decision may start, stop or resize
+        anything now (tenants may not borrow, no job is elastic): a necessary condition of each
+        way it has, checked per distinct (tenant, types, GPUs) of the queue.
+
+        * A pending job could start on free GPUs (:meth:`_fits_free`, in its node shape inside
+          its tenant's quota); at an epoch tick, whose model may also stop other work to make
+          room, it is enough that it fits its tenant's quota of a type it may use.
+        * A pending job would fit its tenant's quota once the tenant's running best-effort jobs
+          of that type stopped (the event path stops them for guaranteed jobs only).
+        * A pending job could be the MPS guest of a running job (:meth:`_could_host`).
+        * A running job is on loan (a guest left alone by its host beyond its tenant's quota),
+          or, at an epoch tick, is an MPS guest: the epoch may stop it (a guest for the
+          interference its host's tenant no longer accepts as its assurance falls); the event
+          path never stops a guest.
+        """
+        keys = self._pending_fit
+        if not keys:
+            return False
+        if event:
+            free = self._free_nodes()
+            if any(self._fits_free(key, free) for key in keys):
+                return True
+        elif any(self._in_quota(ten, t, need) for ten, types, need in keys for t in types):
+            return True
+        best_effort: dict[tuple[str, str], int] = defaultdict(int)
+        for sj in self.running.values():
+            if sj.on_loan or (sj.host is not None and not event):
+                return True
+            if sj.host is None and sj.spec.qos != "guaranteed":
+                best_effort[(sj.tenant, sj.gpu_type)] += sj.gpus
+        for ten, types, need in self._pending_guaranteed if event else keys:
+            for t in types:
+                be = best_effort.get((ten, t), 0)
+                if be and self.own_use.get((ten, t), 0) - be + need <= self.quota.get((ten, t), 0):
+                    return True
+        return self._could_host()
+
+    def _unchanged_figures(self, event: bool) -> _Figures:
+        assert self._unchanged is not None
+        return self._unchanged(
+            event, self._tenant_ids, self.assurance_state,
+            lambda: ClusterState.from_snapshot(self.snapshot()),
+        )
+
+    def _record_unchanged(self, event: bool) -> None:
+        """Log the decision of a :func:`unchanged_figures` policy that :meth:`_may_change`
+        says changes nothing, without asking it: its assurance figures only (no expected
+        starts are recorded for it)."""
+        t0 = time.perf_counter()
+        assurance, state = self._unchanged_figures(event)
+        self.unasked += 1
+        self._log_no_change(t0, 0, "unchanged", event)
+        a = self.log.assurance
+        for ten in sorted(assurance):
+            a["t"].append(self.now)
+            a["tenant"].append(ten)
+            a["value"].append(float(assurance[ten]))
+        self.assurance_state = state or None
+
+    def _verify_unchanged(self, decision: Decision, event: bool, state: ClusterState) -> None:
+        """``verify_unchanged``: the decision :meth:`_may_change` said changes nothing does not,
+        and carries the figures :meth:`_record_unchanged` would have logged."""
+        changed = [f"{len(v)} {k}" for k, v in (("start(s)", decision.start), ("preemption(s)",
+                   decision.preempt), ("resize(s)", decision.resize)) if v]
+        figures = self._unchanged(  # type: ignore[misc]
+            event, self._tenant_ids, self.assurance_state, lambda: state
+        )
+        if changed or figures != (decision.assurance, decision.assurance_state):
+            raise SimulationError(
+                f"policy '{self.log.policy}' at t={self.now}: the simulator would have logged its "
+                f"decision unchanged, but it has {', '.join(changed) or 'other assurance figures'}"
+            )
 
     def _record_idle(self, event: bool) -> bool:
         """Log the decision of an :func:`idle_when_nothing_fits` policy without asking it, when

@@ -44,7 +44,7 @@ from __future__ import annotations
 import bisect
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from optsched.engine.ledger import NodePool
@@ -898,6 +898,22 @@ class OptschedPolicy:
             snap.options = (snap.options or Options()).model_copy(update=self.lookahead)
         # the state is already validated: solve_epoch accepts it as is
         return solve_epoch(state, params=params, predictor=self.predictor)
+
+    def unchanged(
+        self, event: bool, tenant_ids: Sequence[str], assurance_state: dict[str, dict[str, Any]] | None,
+        state: Callable[[], ClusterState],
+    ) -> tuple[dict[str, float], dict[str, dict[str, Any]]]:
+        """The ``assurance`` and ``assurance_state`` of this policy's decision when it starts,
+        stops and resizes nothing (see :func:`optsched.sim.cluster.unchanged_figures`): the
+        event path carries the previous state (:func:`optsched.engine.admit.quiet_event_assurance`),
+        an epoch computes the signal from the snapshot (:func:`optsched.engine.assurance.quiet_figures`)."""
+        if event:
+            from optsched.engine.admit import quiet_event_assurance
+
+            return quiet_event_assurance(tenant_ids, assurance_state)
+        from optsched.engine.assurance import quiet_figures
+
+        return quiet_figures(state())
 
     def decide_event(self, snapshot: Snapshot, state: ClusterState) -> Decision:
         """Between epochs: the engine's event path (:func:`optsched.engine.admit.decide_event`),

@@ -260,3 +260,36 @@ def test_starts_by_is_validated() -> None:
 
     with pytest.raises(ValueError, match="starts_by must name"):
         starts_by(Bad())
+
+
+def test_optsched_decisions_that_change_nothing_are_logged_without_asking_in_partitions() -> None:
+    """In partitioned mode a decision of optsched's where no job can start in any way it has
+    is logged from its assurance figures alone (``unchanged_figures``): the jobs, segments,
+    preemptions and assurance of the replay are those of asking it every time, and asking it
+    anyway there (``verify_unchanged``) finds every such decision changing nothing."""
+    from dataclasses import replace
+
+    # 400 jobs: their replay has MPS guests stopped for interference at epoch ticks and
+    # best-effort jobs stopped for their own tenant's guaranteed ones between them
+    trace = load_trace("mini", max_jobs=400)
+    cfg = SimConfig(mode="partitioned")
+    sim = Simulator(trace, make_policy("optsched"), seed=0, config=cfg)
+    fast = sim.run()
+    assert sim.unasked > 0
+    assert fast.decisions["status"].count("unchanged") == sim.unasked
+    slow = Simulator(trace, make_policy("optsched"), seed=0, config=cfg,
+                     on_decision=lambda snap, d: None).run()  # every decision asked
+    assert "unchanged" not in slow.decisions["status"]
+    for name in ("jobs", "segments", "preemptions", "assurance", "resizes"):
+        assert getattr(fast, name) == getattr(slow, name), name
+    for col, values in slow.decisions.items():
+        if col not in TIMINGS | {"status"}:
+            assert fast.decisions[col] == values, col
+    checked = Simulator(trace, make_policy("optsched"), seed=0,
+                        config=replace(cfg, verify_unchanged=True))
+    assert checked.run().segments == slow.segments
+    assert checked.unasked == 0
+    # pooled: loans follow every change of use, so every decision is asked
+    pooled = Simulator(trace, make_policy("optsched"), seed=0, config=replace(cfg, mode="pooled"))
+    pooled.run()
+    assert pooled.unasked == 0
