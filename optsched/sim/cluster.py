@@ -972,27 +972,25 @@ class Simulator:
     def _may_change(self, event: bool) -> bool:
         """Whether a :func:`unchanged_figures` policy's decision may start, stop or resize
         anything now (tenants may not borrow, no job is elastic): a necessary condition of each
-        way it has, checked per distinct (tenant, types, GPUs) of the queue.
+        way optsched has, checked per distinct (tenant, types, GPUs) of the queue.
 
-        * A pending job could start on free GPUs (:meth:`_fits_free`, in its node shape inside
-          its tenant's quota); at an epoch tick, whose model may also stop other work to make
-          room, it is enough that it fits its tenant's quota of a type it may use.
-        * A pending job would fit its tenant's quota once the tenant's running best-effort jobs
-          of that type stopped (the event path stops them for guaranteed jobs only).
+        * A pending job could start on free GPUs (:meth:`_fits_free`: in its node shape, inside
+          its tenant's quota).
+        * A guaranteed pending job would fit its tenant's quota once the tenant's running
+          best-effort jobs of that type stopped: the only preemptions inside quota, in the
+          event path and in the epoch's model alike, are of best-effort jobs for guaranteed
+          starts inside quota, and a start on loan never preempts (none here).
         * A pending job could be the MPS guest of a running job (:meth:`_could_host`).
         * A running job is on loan (a guest left alone by its host beyond its tenant's quota),
-          or, at an epoch tick, is an MPS guest: the epoch may stop it (a guest for the
-          interference its host's tenant no longer accepts as its assurance falls); the event
-          path never stops a guest.
+          or, at an epoch tick, is an MPS guest: the epoch may stop either without starting
+          anything (a guest for the interference its host's tenant no longer accepts as its
+          assurance falls); the event path never stops a guest.
         """
         keys = self._pending_fit
         if not keys:
             return False
-        if event:
-            free = self._free_nodes()
-            if any(self._fits_free(key, free) for key in keys):
-                return True
-        elif any(self._in_quota(ten, t, need) for ten, types, need in keys for t in types):
+        free = self._free_nodes()
+        if any(self._fits_free(key, free) for key in keys):
             return True
         best_effort: dict[tuple[str, str], int] = defaultdict(int)
         for sj in self.running.values():
@@ -1000,7 +998,7 @@ class Simulator:
                 return True
             if sj.host is None and sj.spec.qos != "guaranteed":
                 best_effort[(sj.tenant, sj.gpu_type)] += sj.gpus
-        for ten, types, need in self._pending_guaranteed if event else keys:
+        for ten, types, need in self._pending_guaranteed:
             for t in types:
                 be = best_effort.get((ten, t), 0)
                 if be and self.own_use.get((ten, t), 0) - be + need <= self.quota.get((ten, t), 0):
