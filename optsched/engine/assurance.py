@@ -87,6 +87,11 @@ def max_host_slowdown(a: float) -> float:
     return MAX_SLOWDOWN * a * a
 
 
+def share_limits(signal: dict[str, TenantAssurance]) -> dict[str, float]:
+    """Per tenant: :func:`max_host_slowdown` at its assurance."""
+    return {t: max_host_slowdown(a.value) for t, a in signal.items()}
+
+
 def max_delay(state: ClusterState, tenant: str) -> tuple[float, float]:
     """``(max_queue_delay_s, target)`` of a tenant, with defaults."""
     ten = state.snapshot.tenants[state.tenant_index[tenant]]
@@ -191,9 +196,21 @@ def figures(
     )
 
 
-def quiet_figures(state: ClusterState) -> tuple[dict[str, float], dict[str, dict[str, Any]]]:
+def quiet_figures(state: ClusterState) -> tuple[dict[str, float], dict[str, dict[str, Any]]] | None:
     """:func:`figures` of an epoch decision that starts nothing, with the signal computed from
-    the snapshot (:func:`compute`): what the epoch writes when it changes nothing, so a host
-    that knows no start, stop or resize is possible (``optsched.sim``'s replay) can log the
-    assurance without asking for the decision."""
-    return figures(state, compute(state), [])
+    the snapshot (:func:`compute`), so a host that knows nothing can start (``optsched.sim``'s
+    replay) can log the assurance without asking for the decision; None when the epoch may
+    stop work without starting anything: a job on an unavailable node, an MPS guest whose
+    host's tenant may no longer share at this signal, or a job on loan (its lender may take
+    the GPUs back)."""
+    from optsched.engine.rules import evicted_guest
+
+    signal = compute(state)
+    limits = share_limits(signal)
+    down = {n.id for n in state.snapshot.nodes if not n.available}
+    for job in state.running():
+        if job.on_loan or evicted_guest(state, job, limits):
+            return None
+        if down and any(r.node in down for r in job.allocation or ()):
+            return None
+    return figures(state, signal, [])

@@ -50,7 +50,14 @@ from optsched.engine.problem import (
     TypePlacement,
 )
 from optsched.engine.quota_tree import EMPTY, LoanMatcher, QuotaTree
-from optsched.engine.rules import cap_starved, class_weight, protected, starved_types, victim_slack
+from optsched.engine.rules import (
+    cap_starved,
+    class_weight,
+    evicted_guest,
+    protected,
+    starved_types,
+    victim_slack,
+)
 from optsched.engine.shape import Shape, never_fits, shape_of
 from optsched.engine.state import ClusterState
 from optsched.predict.base import Predictions, Predictor
@@ -215,7 +222,7 @@ def _scope(
             asr.tenant_weight(snap.tenants[k].weight, signal[i].value) for k, i in enumerate(ten_ids)
         ),
         node_type={n.id: tindex[n.gpu_type] for n in snap.nodes},
-        share_limit={i: asr.max_host_slowdown(signal[i].value) for i in ten_ids},
+        share_limit=asr.share_limits(signal),
         delays={i: asr.max_delay(state, i)[0] for i in ten_ids},
     )
 
@@ -254,10 +261,10 @@ def _running_items(sc: _Scope) -> _Running:
         if down and any(r.node in down for r in job.allocation):
             forced.append(job.id)
             continue
-        host_id = state.host_of.get(job.id)
-        if host_id is not None and share_limit[state.job(host_id).tenant] <= 0.0:
+        if evicted_guest(state, job, share_limit):
             evicted.append(job.id)
             continue
+        host_id = state.host_of.get(job.id)
         k = state.tenant_index[job.tenant]
         t = sc.node_type[job.allocation[0].node]
         guest = host_id is not None

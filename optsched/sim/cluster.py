@@ -135,16 +135,16 @@ _Figures = tuple[dict[str, float], dict[str, dict[str, Any]]]
 """A decision's ``assurance`` and ``assurance_state``."""
 
 
-def unchanged_figures(policy: Any) -> Callable[..., _Figures] | None:
+def unchanged_figures(policy: Any) -> Callable[..., _Figures | None] | None:
     """What ``policy`` declares in ``unchanged``: a method ``unchanged(event, tenant_ids,
     assurance_state, state)`` giving the ``assurance`` and ``assurance_state`` of its decision
-    (``event``: the event path's, else the epoch's) when that decision starts, stops and
-    resizes nothing, from the previous ``assurance_state`` and, when it needs them, the
-    engine state (``state()`` builds it). Its decisions may depend on the clock and carry
-    state from one to the next (optsched's assurance signal), so they cannot be repeated; but
-    when no job can start in any way the policy has, its decision changes nothing and only
-    these figures move on. The simulator then logs them without asking (see
-    :meth:`Simulator._may_change`); None: no such method."""
+    (``event``: the event path's, else the epoch's) when no job can start in any way it has
+    (:meth:`Simulator._may_change`), from the previous ``assurance_state`` and, when it needs
+    them, the engine state (``state()`` builds it); None when that decision may still stop
+    something. Its decisions may depend on the clock and carry state from one to the next
+    (optsched's assurance signal), so they cannot be repeated; but a decision that changes
+    nothing moves only these figures on, and the simulator logs them without asking for it.
+    None: no such method."""
     value = getattr(policy, "unchanged", None)
     return value if callable(value) else None
 
@@ -915,14 +915,28 @@ class Simulator:
         if self._quiet is not None and self._quiet[0] == self._change_key():
             self._record_repeat(self._quiet[1], event)
             return
-        unchanged = self._unchanged is not None and not self._may_change(event)
-        if unchanged and not self.cfg.verify_unchanged:
-            self._record_unchanged(event)
-            return
-        t_snap = time.perf_counter()
-        snap = self.snapshot()
-        t_state = time.perf_counter()
-        state = ClusterState.from_snapshot(snap)
+        built: list[tuple[Snapshot, ClusterState, float, float]] = []
+        """The snapshot and engine state, once built, with the seconds each took."""
+
+        def build() -> ClusterState:
+            if not built:
+                t = time.perf_counter()
+                snap = self.snapshot()
+                t_mid = time.perf_counter()
+                st = ClusterState.from_snapshot(snap)
+                built.append((snap, st, t_mid - t, time.perf_counter() - t_mid))
+            return built[0][1]
+
+        unchanged = False
+        if self._unchanged is not None and not self._may_change():
+            t_fig = time.perf_counter()
+            figures = self._unchanged(event, self._tenant_ids, self.assurance_state, build)
+            unchanged = figures is not None
+            if figures is not None and not self.cfg.verify_unchanged:
+                self._record_unchanged(figures, t_fig, event)
+                return
+        build()
+        snap, state, snapshot_s, state_s = built[0]
         t0 = time.perf_counter()
         decide_event = getattr(self.policy, "decide_event", None) if event else None
         if decide_event is not None:
@@ -953,8 +967,8 @@ class Simulator:
         d = self.log.decisions
         d["t"].append(self.now)
         d["seconds"].append(seconds)
-        d["snapshot_s"].append(t_state - t_snap)
-        d["state_s"].append(t0 - t_state)
+        d["snapshot_s"].append(snapshot_s)
+        d["state_s"].append(state_s)
         d["check_s"].append(t2 - t1)
         d["pending"].append(len(self.pending))
         d["running"].append(len(self.running))
@@ -969,7 +983,7 @@ class Simulator:
         if self.on_decision is not None:
             self.on_decision(snap, decision)
 
-    def _may_change(self, event: bool) -> bool:
+    def _may_change(self) -> bool:
         """Whether a :func:`unchanged_figures` policy's decision may start, stop or resize
         anything now (tenants may not borrow, no job is elastic): a necessary condition of each
         way optsched has, checked per distinct (tenant, types, GPUs) of the queue.
@@ -981,10 +995,9 @@ class Simulator:
           event path and in the epoch's model alike, are of best-effort jobs for guaranteed
           starts inside quota, and a start on loan never preempts (none here).
         * A pending job could be the MPS guest of a running job (:meth:`_could_host`).
-        * A running job is on loan (a guest left alone by its host beyond its tenant's quota),
-          or, at an epoch tick, is an MPS guest: the epoch may stop either without starting
-          anything (a guest for the interference its host's tenant no longer accepts as its
-          assurance falls); the event path never stops a guest.
+
+        Stops that need no start (an epoch's evicted MPS guests, reclaimed jobs on loan) are
+        the policy's to rule out: its ``unchanged`` gives no figures then.
         """
         keys = self._pending_fit
         if not keys:
@@ -994,8 +1007,6 @@ class Simulator:
             return True
         best_effort: dict[tuple[str, str], int] = defaultdict(int)
         for sj in self.running.values():
-            if sj.on_loan or (sj.host is not None and not event):
-                return True
             if sj.host is None and sj.spec.qos != "guaranteed":
                 best_effort[(sj.tenant, sj.gpu_type)] += sj.gpus
         for ten, types, need in self._pending_guaranteed:
@@ -1005,19 +1016,11 @@ class Simulator:
                     return True
         return self._could_host()
 
-    def _unchanged_figures(self, event: bool) -> _Figures:
-        assert self._unchanged is not None
-        return self._unchanged(
-            event, self._tenant_ids, self.assurance_state,
-            lambda: ClusterState.from_snapshot(self.snapshot()),
-        )
-
-    def _record_unchanged(self, event: bool) -> None:
-        """Log the decision of a :func:`unchanged_figures` policy that :meth:`_may_change`
-        says changes nothing, without asking it: its assurance figures only (no expected
-        starts are recorded for it)."""
-        t0 = time.perf_counter()
-        assurance, state = self._unchanged_figures(event)
+    def _record_unchanged(self, figures: _Figures, t0: float, event: bool) -> None:
+        """Log the decision of a :func:`unchanged_figures` policy that changes nothing
+        (:meth:`_may_change`, and the policy's own figures say so) without asking it: its
+        assurance figures only (no expected starts are recorded for it)."""
+        assurance, state = figures
         self.unasked += 1
         self._log_no_change(t0, 0, "unchanged", event)
         a = self.log.assurance
@@ -1028,13 +1031,12 @@ class Simulator:
         self.assurance_state = state or None
 
     def _verify_unchanged(self, decision: Decision, event: bool, state: ClusterState) -> None:
-        """``verify_unchanged``: the decision :meth:`_may_change` said changes nothing does not,
-        and carries the figures :meth:`_record_unchanged` would have logged."""
+        """``verify_unchanged``: the decision the simulator would have logged unchanged does
+        not change anything, and carries the figures it would have logged."""
         changed = [f"{len(v)} {k}" for k, v in (("start(s)", decision.start), ("preemption(s)",
                    decision.preempt), ("resize(s)", decision.resize)) if v]
-        figures = self._unchanged(  # type: ignore[misc]
-            event, self._tenant_ids, self.assurance_state, lambda: state
-        )
+        assert self._unchanged is not None
+        figures = self._unchanged(event, self._tenant_ids, self.assurance_state, lambda: state)
         if changed or figures != (decision.assurance, decision.assurance_state):
             raise SimulationError(
                 f"policy '{self.log.policy}' at t={self.now}: the simulator would have logged its "

@@ -902,11 +902,13 @@ class OptschedPolicy:
     def unchanged(
         self, event: bool, tenant_ids: Sequence[str], assurance_state: dict[str, dict[str, Any]] | None,
         state: Callable[[], ClusterState],
-    ) -> tuple[dict[str, float], dict[str, dict[str, Any]]]:
-        """The ``assurance`` and ``assurance_state`` of this policy's decision when it starts,
-        stops and resizes nothing (see :func:`optsched.sim.cluster.unchanged_figures`): the
-        event path carries the previous state (:func:`optsched.engine.admit.quiet_event_assurance`),
-        an epoch computes the signal from the snapshot (:func:`optsched.engine.assurance.quiet_figures`)."""
+    ) -> tuple[dict[str, float], dict[str, dict[str, Any]]] | None:
+        """The ``assurance`` and ``assurance_state`` of this policy's decision when no job can
+        start (see :func:`optsched.sim.cluster.unchanged_figures`): the event path, which then
+        stops nothing, carries the previous state
+        (:func:`optsched.engine.admit.quiet_event_assurance`); an epoch computes the signal
+        from the snapshot, and may still stop evicted MPS guests or jobs on loan: None then
+        (:func:`optsched.engine.assurance.quiet_figures`)."""
         if event:
             from optsched.engine.admit import quiet_event_assurance
 
