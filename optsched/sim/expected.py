@@ -63,7 +63,9 @@ def accuracy(log: EventLog) -> dict[str, float]:
     """Accuracy of the resolved expected starts of one run, and the large gangs' delay.
 
     ``expected_start_median_abs_err_s`` / ``_p90_abs_err_s``: median and 90th percentile of
-    ``|actual - expected|`` over every (decision, queued job) pair whose job started later;
+    ``|actual - expected|`` over every (decision, queued job) pair whose job started later
+    (a decision the simulator logged without asking the policy, status ``unchanged`` or an
+    idle baseline's, announces nothing and adds no pair);
     ``expected_start_within_epoch``: the share of them within one epoch (``log.epoch_s``);
     ``expected_start_median_err_s``: the median of ``actual - expected`` (above 0: jobs start
     later than announced); NaN without samples. ``large_gang_*``: see :func:`large_gang_delay`.
