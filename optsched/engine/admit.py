@@ -102,11 +102,22 @@ def event_order(jobs: list[Job]) -> list[Job]:
 def _signal(state: ClusterState) -> dict[str, asr.TenantAssurance]:
     """The previous epoch's assurance per tenant (1 when unknown), for the lender order."""
     prev = state.snapshot.assurance_state or {}
-    out: dict[str, asr.TenantAssurance] = {}
-    for ten in state.tenant_ids:
-        a = float(prev.get(ten, {}).get("a", 1.0))
-        out[ten] = asr.TenantAssurance(a, 1.0, 1.0, 1.0, 0)
-    return out
+    return {ten: asr.TenantAssurance(_prev_a(prev, ten), 1.0, 1.0, 1.0, 0) for ten in state.tenant_ids}
+
+
+def _prev_a(prev: Mapping[str, Mapping[str, Any]], ten: str) -> float:
+    """A tenant's assurance in ``prev`` (an ``assurance_state``), 1 when unknown."""
+    return float(prev.get(ten, {}).get("a", 1.0))
+
+
+def sharing_tenants(
+    tenant_ids: Sequence[str], prev: Mapping[str, Mapping[str, Any]] | None
+) -> frozenset[str]:
+    """The tenants whose running jobs may host an MPS guest in the event path (:func:`_guests`):
+    those whose previous assurance (``prev``, the snapshot's ``assurance_state``) still allows
+    a host some slowdown (:func:`optsched.engine.assurance.max_host_slowdown`)."""
+    prev = prev or {}
+    return frozenset(t for t in tenant_ids if asr.max_host_slowdown(_prev_a(prev, t)) > 0.0)
 
 
 def _next_state(state: ClusterState, started: set[str]) -> dict[str, dict[str, Any]]:
@@ -150,7 +161,7 @@ def _tenant_next(
 
 def _carried_assurance(prev: Mapping[str, Mapping[str, Any]], ten: str) -> float:
     """The assurance an event decision reports for ``ten``: the previous epoch's, 1 when unknown."""
-    return round(float(prev.get(ten, {}).get("a", 1.0)), 6)
+    return round(_prev_a(prev, ten), 6)
 
 
 def quiet_event_assurance(

@@ -752,16 +752,19 @@ class Simulator:
             return True
         return "guest" in by and self._could_host()
 
-    def _could_host(self) -> bool:
+    def _could_host(self, tenants: frozenset[str] | None = None) -> bool:
         """Whether some running job could be the MPS host of some pending one: a shareable
         pending job with a known memory, and a running shareable job that holds its GPUs alone
         (no guest, not a guest) with at least its GPUs, on an MPS type it may use, with memory
-        for both (of its own tenant when tenants may not borrow)."""
+        for both (of its own tenant when tenants may not borrow). ``tenants``: only running jobs of
+        these tenants may host."""
         hosts: dict[tuple[str, str], list[tuple[int, float]]] = defaultdict(list)
         for r in self.running.values():
             rj = r.pending_job
             assert rj is not None
             if r.host is None and r.guest is None and rj.is_shareable and rj.memory_gib is not None:
+                if tenants is not None and r.tenant not in tenants:
+                    continue
                 t = r.gpu_type
                 if self._types[t].mps:
                     hosts[(r.tenant if self._no_borrow else "", t)].append((r.gpus, rj.memory_gib))
@@ -928,7 +931,7 @@ class Simulator:
             return built[0][1]
 
         unchanged = False
-        if self._unchanged is not None and not self._may_change():
+        if self._unchanged is not None and not self._may_change(event):
             t_fig = time.perf_counter()
             figures = self._unchanged(event, self._tenant_ids, self.assurance_state, build)
             unchanged = figures is not None
@@ -983,7 +986,7 @@ class Simulator:
         if self.on_decision is not None:
             self.on_decision(snap, decision)
 
-    def _may_change(self) -> bool:
+    def _may_change(self, event: bool) -> bool:
         """Whether a :func:`unchanged_figures` policy's decision may start, stop or resize
         anything now (tenants may not borrow, no job is elastic): a necessary condition of each
         way optsched has, checked per distinct (tenant, types, GPUs) of the queue.
@@ -994,7 +997,9 @@ class Simulator:
           best-effort jobs of that type stopped: the only preemptions inside quota, in the
           event path and in the epoch's model alike, are of best-effort jobs for guaranteed
           starts inside quota, and a start on loan never preempts (none here).
-        * A pending job could be the MPS guest of a running job (:meth:`_could_host`).
+        * A pending job could be the MPS guest of a running job (:meth:`_could_host`); at an
+          event, of a running job whose tenant the policy's ``event_hosts`` names, if it has
+          that method (optsched: a tenant whose assurance still lets its hosts share).
 
         Stops that need no start (an epoch's evicted MPS guests, reclaimed jobs on loan) are
         the policy's to rule out: its ``unchanged`` gives no figures then.
@@ -1014,7 +1019,8 @@ class Simulator:
                 be = best_effort.get((ten, t), 0)
                 if be and self.own_use.get((ten, t), 0) - be + need <= self.quota.get((ten, t), 0):
                     return True
-        return self._could_host()
+        hosts = getattr(self.policy, "event_hosts", None) if event else None
+        return self._could_host(hosts(self._tenant_ids, self.assurance_state) if hosts else None)
 
     def _record_unchanged(self, figures: _Figures, t0: float, event: bool) -> None:
         """Log the decision of a :func:`unchanged_figures` policy that changes nothing

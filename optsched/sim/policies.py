@@ -917,6 +917,17 @@ class OptschedPolicy:
 
         return quiet_figures(state())
 
+    def event_hosts(
+        self, tenant_ids: Sequence[str], assurance_state: dict[str, dict[str, Any]] | None
+    ) -> frozenset[str]:
+        """The tenants whose running jobs may host an MPS guest in an event decision
+        (:func:`optsched.engine.admit.sharing_tenants`): what the simulator's test of an
+        unchanged event decision asks of a host (see
+        :func:`optsched.sim.cluster.unchanged_figures`)."""
+        from optsched.engine.admit import sharing_tenants
+
+        return sharing_tenants(tenant_ids, assurance_state)
+
     def decide_event(self, snapshot: Snapshot, state: ClusterState) -> Decision:
         """Between epochs: the engine's event path (:func:`optsched.engine.admit.decide_event`),
         or the full model when the event path cannot give a checked decision."""
