@@ -889,19 +889,22 @@ def _use(
     GPU holding fractional jobs counts once for each of them (a fractional job is one GPU of its
     tenant's quota)."""
     use: dict[tuple[str, str], int] = defaultdict(int)
-    node_index = state.node_index
-    job, node_type = state.job, state.node_type
+    node_type = {n.id: n.gpu_type for n in state.snapshot.nodes}
+    tenant = {j.id: j.tenant for j in state.snapshot.jobs}
+    fractional = {j.id for j in state.snapshot.jobs if j.is_fractional}
     for key, ids in holders.items():
-        if key[0] not in node_index:
+        t = node_type.get(key[0])
+        if t is None:
             continue
-        if job(ids[0]).is_fractional:
+        first = ids[0]
+        if first in fractional:
             for j in ids:
-                use[(job(j).tenant, node_type(key[0]))] += 1
+                use[(tenant[j], t)] += 1
             continue
-        host = ids[0] if ids[0] not in guests else next((j for j in ids if j not in guests), None)
+        host = first if first not in guests else next((j for j in ids if j not in guests), None)
         if host is None:
             continue
-        use[(job(host).tenant, node_type(key[0]))] += 1
+        use[(tenant[host], t)] += 1
     return use
 
 
@@ -1243,13 +1246,13 @@ def _free_after(state: ClusterState, after: _After) -> dict[str, int]:
     excluded) minus the GPUs held by kept running and started jobs."""
     cap = state.capacity()
     held: dict[str, int] = defaultdict(int)
-    nodes = state.snapshot.nodes
+    available = {n.id: n.gpu_type for n in state.snapshot.nodes if n.available}
     pool = state.pool_gpus
     for key in after.holders:
-        i = state.node_index.get(key[0])
-        if i is None or not nodes[i].available or key in pool:
+        t = available.get(key[0])
+        if t is None or (pool and key in pool):
             continue
-        held[nodes[i].gpu_type] += 1
+        held[t] += 1
     return {t: cap[t] - held[t] for t in state.type_names}
 
 

@@ -139,14 +139,18 @@ def _node_records(
             continue
         free: list[int] = []
         shares: list[tuple[int, int]] = []
-        for g in range(n.gpus):
-            key = (n.id, g)
-            if key in pool:
-                continue
-            if key in used_milli:
-                shares.append((g, MILLI_PER_GPU - used_milli[key]))
-            elif key not in held:
-                free.append(g)
+        nid = n.id
+        if not pool and not used_milli:  # whole GPUs only (the common case): one pass
+            free = [g for g in range(n.gpus) if (nid, g) not in held]
+        else:
+            for g in range(n.gpus):
+                key = (nid, g)
+                if key in pool:
+                    continue
+                if key in used_milli:
+                    shares.append((g, MILLI_PER_GPU - used_milli[key]))
+                elif key not in held:
+                    free.append(g)
         domains: tuple[tuple[str, ...], ...] = ()
         if levels and n.topology:
             domains = tuple(tuple(n.topology[name] for name in levels[: k + 1]) for k in range(len(levels)))

@@ -40,7 +40,7 @@ import dataclasses
 import functools
 import itertools
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -191,10 +191,7 @@ def _node_views(state: ClusterState, predictions: Predictions) -> dict[str, list
         if job.is_fractional:
             continue
         end = now + remaining_s(predictions.jobs[job.id].runtime_s, now, job.start_s)
-        per: dict[str, int] = defaultdict(int)
-        for r in job.allocation:
-            per[r.node] += 1
-        for nid, g in per.items():
+        for nid, g in Counter(r.node for r in job.allocation).items():
             ends[nid].append((end, g))
     out: dict[str, list[_NodeView]] = defaultdict(list)
     for rec in node_records(state, frozenset(stopped)):
