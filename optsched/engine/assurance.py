@@ -207,10 +207,9 @@ def quiet_figures(state: ClusterState) -> tuple[dict[str, float], dict[str, dict
 
     signal = compute(state)
     limits = share_limits(signal)
-    down = {n.id for n in state.snapshot.nodes if not n.available}
     for job in state.running():
         if job.on_loan or evicted_guest(state, job, limits):
             return None
-        if down and any(r.node in down for r in job.allocation or ()):
+        if job.id in state.on_lost_nodes:
             return None
     return figures(state, signal, [])

@@ -253,12 +253,11 @@ def _running_items(sc: _Scope) -> _Running:
     for guest_id, its_host in state.host_of.items():
         guest_on[its_host] += state.job(guest_id).gpus
     max_cost = 0.0
-    down = {n.id for n in snap.nodes if not n.available}
     node_index = state.node_index
     own_density: dict[int, float] = {}  # elastic running item -> its fresh value per GPU
     for job in state.running():
         assert job.allocation is not None
-        if down and any(r.node in down for r in job.allocation):
+        if job.id in state.on_lost_nodes:
             forced.append(job.id)
             continue
         if evicted_guest(state, job, share_limit):

@@ -127,14 +127,13 @@ def _kept_profile(
     snap = state.snapshot
     now = snap.now
     cap = state.capacity()
-    down = {n.id for n in snap.nodes if not n.available}
     used: dict[str, int] = defaultdict(int)
     ends: dict[str, list[tuple[float, int]]] = defaultdict(list)
     for job in state.running():
         if job.id in state.host_of:
             continue  # an MPS guest holds no GPUs of its own
         assert job.allocation is not None
-        if down and any(r.node in down for r in job.allocation):
+        if job.id in state.on_lost_nodes:
             continue  # stops now: its GPUs on available nodes are free
         t = state.job_type(job)
         used[t] += job.gpus
@@ -179,13 +178,12 @@ def _node_views(state: ClusterState, predictions: Predictions) -> dict[str, list
 
     snap = state.snapshot
     now = snap.now
-    down = {n.id for n in snap.nodes if not n.available}
     stopped: set[str] = set()
     ends: dict[str, list[tuple[float, int]]] = defaultdict(list)
     for job in state.running():
         if job.id in state.host_of or job.allocation is None:
             continue
-        if down and any(r.node in down for r in job.allocation):
+        if job.id in state.on_lost_nodes:
             stopped.add(job.id)
             continue
         if job.is_fractional:
@@ -655,12 +653,11 @@ def _occupancy(
     stopped = {p.job for p in decision.preempt}
     held_by: list[tuple[str, float, float, int, str]] = []
     free_now = {t: cap[t] for t in types}
-    down = {n.id for n in snap.nodes if not n.available}
     for job in state.running():
         if job.id in stopped or job.id in state.host_of:
             continue
         assert job.allocation is not None
-        if down and any(r.node in down for r in job.allocation):
+        if job.id in state.on_lost_nodes:
             continue
         t = state.job_type(job)
         end = now + remaining_s(predictions.jobs[job.id].runtime_s, now, job.start_s)

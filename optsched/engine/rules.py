@@ -96,14 +96,13 @@ def cap_starved(state: ClusterState) -> dict[str, CapStarved]:
     }
     if not capped:
         return {}
-    down = {n.id for n in snap.nodes if not n.available}
     use: dict[tuple[str, str], int] = defaultdict(int)
     movable: dict[str, int] = defaultdict(int)
     for job in state.running():
         if job.tenant not in capped or job.id in state.host_of:
             continue
         assert job.allocation is not None
-        if down and any(r.node in down for r in job.allocation):
+        if job.id in state.on_lost_nodes:
             continue
         use[(job.tenant, state.job_type(job))] += job.gpus
         tenant = snap.tenants[state.tenant_index[job.tenant]]

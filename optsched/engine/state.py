@@ -383,6 +383,14 @@ class ClusterState:
         """Running jobs in snapshot order (a fresh list)."""
         return list(self._running)
 
+    @functools.cached_property
+    def on_lost_nodes(self) -> frozenset[str]:
+        """Running jobs holding a GPU on an unavailable node: every stage stops them (node loss)."""
+        down = {n.id for n in self.snapshot.nodes if not n.available}
+        if not down:
+            return frozenset()
+        return frozenset(j.id for j in self._running if any(r.node in down for r in j.allocation or ()))
+
     def pending(self) -> list[Job]:
         """Pending jobs in snapshot order (a fresh list)."""
         return list(self._pending)
