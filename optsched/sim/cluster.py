@@ -529,6 +529,8 @@ class Simulator:
         """The policy's :func:`unchanged_figures` where the simulator may use it: tenants may not
         borrow (``partitioned``) and no job is elastic (a running elastic job may grow with no
         job waiting)."""
+        self._event_hosts = getattr(policy, "event_hosts", None)
+        """The policy's ``event_hosts`` (see :meth:`_may_change`), if it has one."""
         self._tenant_ids = tuple(t.id for t in self._tenants)
         self.unasked = 0
         """Decisions logged from :func:`unchanged_figures` without asking the policy."""
@@ -1019,22 +1021,16 @@ class Simulator:
                 be = best_effort.get((ten, t), 0)
                 if be and self.own_use.get((ten, t), 0) - be + need <= self.quota.get((ten, t), 0):
                     return True
-        hosts = getattr(self.policy, "event_hosts", None) if event else None
+        hosts = self._event_hosts if event else None
         return self._could_host(hosts(self._tenant_ids, self.assurance_state) if hosts else None)
 
     def _record_unchanged(self, figures: _Figures, t0: float, event: bool) -> None:
         """Log the decision of a :func:`unchanged_figures` policy that changes nothing
         (:meth:`_may_change`, and the policy's own figures say so) without asking it: its
         assurance figures only (no expected starts are recorded for it)."""
-        assurance, state = figures
         self.unasked += 1
         self._log_no_change(t0, 0, "unchanged", event)
-        a = self.log.assurance
-        for ten in sorted(assurance):
-            a["t"].append(self.now)
-            a["tenant"].append(ten)
-            a["value"].append(float(assurance[ten]))
-        self.assurance_state = state or None
+        self._log_figures(figures)
 
     def _verify_unchanged(self, decision: Decision, event: bool, state: ClusterState) -> None:
         """``verify_unchanged``: the decision the simulator would have logged unchanged does
@@ -1112,12 +1108,18 @@ class Simulator:
 
     def _log_assurance(self, decision: Decision) -> None:
         """The decision's assurance per tenant into the log, and its state for the next one."""
+        self._log_figures((decision.assurance, decision.assurance_state))
+
+    def _log_figures(self, figures: _Figures) -> None:
+        """A decision's ``assurance`` per tenant into the log, its ``assurance_state`` for the
+        next one."""
+        assurance, state = figures
         a = self.log.assurance
-        for ten in sorted(decision.assurance):
+        for ten in sorted(assurance):
             a["t"].append(self.now)
             a["tenant"].append(ten)
-            a["value"].append(float(decision.assurance[ten]))
-        self.assurance_state = decision.assurance_state or None
+            a["value"].append(float(assurance[ten]))
+        self.assurance_state = state or None
 
     def _record_free(self, d: dict[str, list[Any]]) -> None:
         """Free, fragmented and stranded GPUs after a decision (see :func:`free_gpu_shape`)."""
