@@ -232,8 +232,8 @@ class ClusterState:
         fractional_jobs = {x for x, job in enumerate(jobs) if job.is_fractional}
         special = (
             [key for key, i in first.items() if key in shared or i in fractional_jobs]
-            if fractional_jobs
-            else [key for key in first if key in shared] if shared else []
+            if shared or fractional_jobs
+            else []
         )
         for key in special:
             idxs = shared.get(key) or [first[key]]
