@@ -40,7 +40,7 @@ import dataclasses
 import functools
 import itertools
 import math
-from collections import Counter, defaultdict
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -189,7 +189,10 @@ def _node_views(state: ClusterState, predictions: Predictions) -> dict[str, list
         if job.is_fractional:
             continue
         end = now + remaining_s(predictions.jobs[job.id].runtime_s, now, job.start_s)
-        for nid, g in Counter(r.node for r in job.allocation).items():
+        per_node: dict[str, int] = {}  # (a plain dict: a Counter per running job cost a third of this)
+        for r in job.allocation:
+            per_node[r.node] = per_node.get(r.node, 0) + 1
+        for nid, g in per_node.items():
             ends[nid].append((end, g))
     out: dict[str, list[_NodeView]] = defaultdict(list)
     for rec in node_records(state, frozenset(stopped)):
