@@ -317,24 +317,40 @@ def _cols(*names: str) -> dict[str, list[Any]]:
     return {n: [] for n in names}
 
 
-def free_per_node(
-    owner: Mapping[tuple[int, int], Any], node_type: Sequence[str], node_gpus: Sequence[int]
-) -> list[int]:
-    """Per node index, its GPUs no running job holds (``owner``: the held (node, GPU) pairs)."""
-    used: dict[int, int] = defaultdict(int)
-    for n, _ in owner:
-        used[n] += 1
-    return [node_gpus[n] - used.get(n, 0) for n in range(len(node_type))]
+class HeldGpus(dict[tuple[int, int], Any]):
+    """The held (node index, GPU) pairs -> their holder, with the GPUs held on each node
+    (``per_node``) kept up to date as pairs are set and deleted: the free GPUs per node are
+    read at every decision, and counting them from every held pair each time cost more than the
+    decisions that changed nothing (only ``[k] = v`` and ``del [k]`` change it)."""
+
+    __slots__ = ("per_node",)
+
+    def __init__(self, nodes: int) -> None:
+        super().__init__()
+        self.per_node = [0] * nodes
+
+    def __setitem__(self, key: tuple[int, int], value: Any) -> None:
+        if key not in self:
+            self.per_node[key[0]] += 1
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: tuple[int, int]) -> None:
+        super().__delitem__(key)
+        self.per_node[key[0]] -= 1
+
+    def free(self, node_gpus: Sequence[int]) -> list[int]:
+        """Per node index, its GPUs nobody holds."""
+        return [g - u for g, u in zip(node_gpus, self.per_node, strict=True)]
 
 
 def free_gpu_shape(
-    owner: Mapping[tuple[int, int], Any],
+    free_per_node: Sequence[int],
     node_type: Sequence[str],
-    node_gpus: Sequence[int],
     largest: Mapping[str, int],
     waiting: Mapping[tuple[str, tuple[str, ...], int], int],
 ) -> tuple[int, float, int]:
-    """The free GPUs, and how many of them the waiting jobs cannot use in their node shape.
+    """The free GPUs (``free_per_node``: per node index, its GPUs nobody holds), and how many
+    of them the waiting jobs cannot use in their node shape.
 
     A waiting job of ``g`` GPUs on a type whose largest node has ``L`` GPUs runs on one node
     when ``g <= L``, else on whole nodes (:func:`optsched.engine.shape.default_pieces`): its
@@ -355,7 +371,7 @@ def free_gpu_shape(
     free = 0
     frag = 0.0
     stranded = 0
-    for t, f in zip(node_type, free_per_node(owner, node_type, node_gpus), strict=True):
+    for t, f in zip(node_type, free_per_node, strict=True):
         if f <= 0:
             continue
         free += f
@@ -411,7 +427,7 @@ class Simulator:
         self._largest: dict[str, int] = defaultdict(int)
         for n in trace.nodes:
             self._largest[n.gpu_type] = max(self._largest[n.gpu_type], n.gpus)
-        self.owner: dict[tuple[int, int], _SimJob] = {}
+        self.owner = HeldGpus(len(trace.nodes))
         self.pending: dict[int, _SimJob] = {}
         self.running: dict[int, _SimJob] = {}
         self.quota = {(t.id, g): q for t in trace.tenants for g, q in t.quota.items()}
@@ -694,7 +710,7 @@ class Simulator:
     def _free_nodes(self) -> dict[str, list[int]]:
         """Per GPU type, the GPUs no running job holds on each node that has any, most first."""
         out: dict[str, list[int]] = defaultdict(list)
-        free = free_per_node(self.owner, self.node_type, self.node_gpus)
+        free = self.owner.free(self.node_gpus)
         for t, f in zip(self.node_type, free, strict=True):
             if f > 0:
                 out[t].append(f)
@@ -1124,7 +1140,7 @@ class Simulator:
     def _record_free(self, d: dict[str, list[Any]]) -> None:
         """Free, fragmented and stranded GPUs after a decision (see :func:`free_gpu_shape`)."""
         free, frag, stranded = free_gpu_shape(
-            self.owner, self.node_type, self.node_gpus, self._largest, self._pending_fit
+            self.owner.free(self.node_gpus), self.node_type, self._largest, self._pending_fit
         )
         d["free_gpus"].append(free)
         d["fragmented_gpus"].append(frag)
