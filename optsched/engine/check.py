@@ -75,7 +75,7 @@ from optsched.engine.workflows.check import (
 )
 from optsched.schema.decision import Decision, PreemptReason, Reservation, ResizeReason
 from optsched.schema.limits import MILLI_PER_GPU
-from optsched.schema.snapshot import GpuRef, Job
+from optsched.schema.snapshot import GpuRef, GpuType, Job
 
 __all__ = [
     "INVARIANT_NAMES",
@@ -170,6 +170,7 @@ class _After:
         job holds after the decision (1000 free, 0 for a GPU a whole-GPU job holds)."""
         state = self.state
         out: dict[GpuKey, int] = {}
+        share_left: dict[tuple[str, ...], int] = {}
         for n in state.snapshot.nodes:
             if not n.available:
                 continue
@@ -180,10 +181,16 @@ class _After:
                 ids = self.holders.get(key)
                 if not ids:
                     out[key] = MILLI_PER_GPU
-                elif all(state.job(j).is_fractional for j in ids):
-                    out[key] = MILLI_PER_GPU - sum(state.job(j).gpu_milli or 0 for j in ids)
-                else:
-                    out[key] = 0
+                    continue
+                sig = tuple(ids)
+                left = share_left.get(sig)
+                if left is None:  # the same jobs on the next GPU leave the same share
+                    if all(state.job(j).is_fractional for j in ids):
+                        left = MILLI_PER_GPU - sum(state.job(j).gpu_milli or 0 for j in ids)
+                    else:
+                        left = 0
+                    share_left[sig] = left
+                out[key] = left
         return out
 
     @functools.cached_property
@@ -329,49 +336,70 @@ def _usable_types(state: ClusterState, job: Job) -> list[str]:
 
 
 def check_gpu_sharing(state: ClusterState, decision: Decision, after: _After) -> list[Violation]:
-    """Invariant 1."""
+    """Invariant 1.
+
+    Whether a shared GPU is sound depends on its type and the jobs on it, not on which GPU it
+    is: a (type, jobs) found sound is not checked again on the next GPU the same jobs share (an
+    MPS pair of 8-GPU jobs shares 8 GPUs); every GPU that breaks the invariant is reported."""
     out: list[Violation] = []
     started = set(after.started)
+    sound: set[tuple[str, tuple[str, ...]]] = set()
     for key, ids in _shared(after):
         if key[0] not in state.node_index:
             continue
+        t = state.node_type(key[0])
+        sig = (t, tuple(ids))
+        if sig in sound:
+            continue
         where = f"GPU {key[0]}/{key[1]}"
-        gtype = state.snapshot.gpu_types[state.node_type(key[0])]
-        fractional = [state.job(j).is_fractional for j in ids]
-        if any(fractional):
-            if not all(fractional):
-                whole = next(j for j, f in zip(ids, fractional, strict=True) if not f)
-                msg = f"{where} holds fractional jobs and '{whole}', which takes whole GPUs"
-                out.append(Violation(1, msg, tuple(ids)))
-            elif (total := sum(state.job(j).gpu_milli or 0 for j in ids)) > MILLI_PER_GPU:
-                msg = f"{where}: the shares of {ids} sum to {total} > {MILLI_PER_GPU}"
-                out.append(Violation(1, msg, tuple(ids)))
-            continue
-        if len(ids) > 2:
-            out.append(Violation(1, f"{where} holds {len(ids)} jobs", tuple(ids)))
-            continue
-        if not gtype.mps:
-            out.append(Violation(1, f"{where} is shared on a non-MPS type", tuple(ids)))
-            continue
-        for j in ids:
-            if not state.job(j).is_shareable:
-                out.append(Violation(1, f"{where}: job '{j}' is not shareable", tuple(ids)))
-        if not started.intersection(ids):
-            continue  # a pair that was already running
-        mems = [_memory(j, state, decision) for j in ids]
-        if any(m is None for m in mems):
-            out.append(
-                Violation(1, f"{where}: memory of {ids} unknown, cannot prove the pair fits", tuple(ids))
+        bad = _sharing_faults(state, decision, where, state.snapshot.gpu_types[t], ids, started)
+        if bad:
+            out += bad
+        else:
+            sound.add(sig)
+    return out
+
+
+def _sharing_faults(
+    state: ClusterState, decision: Decision, where: str, gtype: GpuType, ids: list[str], started: set[str]
+) -> list[Violation]:
+    """Invariant 1 on one shared GPU (``where``) of type ``gtype`` held by ``ids``."""
+    out: list[Violation] = []
+    fractional = [state.job(j).is_fractional for j in ids]
+    if any(fractional):
+        if not all(fractional):
+            whole = next(j for j, f in zip(ids, fractional, strict=True) if not f)
+            msg = f"{where} holds fractional jobs and '{whole}', which takes whole GPUs"
+            out.append(Violation(1, msg, tuple(ids)))
+        elif (total := sum(state.job(j).gpu_milli or 0 for j in ids)) > MILLI_PER_GPU:
+            msg = f"{where}: the shares of {ids} sum to {total} > {MILLI_PER_GPU}"
+            out.append(Violation(1, msg, tuple(ids)))
+        return out
+    if len(ids) > 2:
+        out.append(Violation(1, f"{where} holds {len(ids)} jobs", tuple(ids)))
+        return out
+    if not gtype.mps:
+        out.append(Violation(1, f"{where} is shared on a non-MPS type", tuple(ids)))
+        return out
+    for j in ids:
+        if not state.job(j).is_shareable:
+            out.append(Violation(1, f"{where}: job '{j}' is not shareable", tuple(ids)))
+    if not started.intersection(ids):
+        return out  # a pair that was already running
+    mems = [_memory(j, state, decision) for j in ids]
+    if any(m is None for m in mems):
+        out.append(
+            Violation(1, f"{where}: memory of {ids} unknown, cannot prove the pair fits", tuple(ids))
+        )
+    elif sum(m for m in mems if m is not None) > gtype.memory_gib + EPS:
+        out.append(
+            Violation(
+                1,
+                f"{where}: {ids} need {sum(m for m in mems if m is not None):.1f} GiB, "
+                f"the GPU has {gtype.memory_gib:.1f}",
+                tuple(ids),
             )
-        elif sum(m for m in mems if m is not None) > gtype.memory_gib + EPS:
-            out.append(
-                Violation(
-                    1,
-                    f"{where}: {ids} need {sum(m for m in mems if m is not None):.1f} GiB, "
-                    f"the GPU has {gtype.memory_gib:.1f}",
-                    tuple(ids),
-                )
-            )
+        )
     return out
 
 
@@ -461,13 +489,18 @@ def check_placement(state: ClusterState, decision: Decision, after: _After) -> l
         bad = [r.node for r in job.allocation if r.node in unavailable]
         if bad:
             out.append(Violation(2, f"running job '{job.id}' kept on unavailable node '{bad[0]}'", (job.id,)))
-    # a GPU given twice to jobs that are not an MPS host/guest pair
+    # a GPU given twice to jobs that are not an MPS host/guest pair (each pair asked once)
+    fine: set[tuple[str, ...]] = set()
     for key, ids in _shared(after):
-        if len(ids) == 2 and not any(state.job(j).is_fractional for j in ids):  # shares: invariant 1
-            a, b = ids
-            paired = after.guests.get(b) and a in after.guests[b]
-            if not paired and not (a in after.guests and b in after.guests[a]):
-                out.append(Violation(2, f"GPU {key[0]}/{key[1]} given to both '{a}' and '{b}'", (a, b)))
+        if len(ids) != 2 or (pair := tuple(ids)) in fine:
+            continue
+        a, b = ids
+        if any(state.job(j).is_fractional for j in ids) or (  # shares: invariant 1
+            (after.guests.get(b) and a in after.guests[b]) or (a in after.guests and b in after.guests[a])
+        ):
+            fine.add(pair)
+        else:
+            out.append(Violation(2, f"GPU {key[0]}/{key[1]} given to both '{a}' and '{b}'", (a, b)))
     return out
 
 
