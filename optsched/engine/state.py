@@ -153,9 +153,10 @@ class ClusterState:
             _validate_elastic(job, i)
             _validate_shape(job, i, levels)
             if job.state == "pending":
-                for name in ("allocation", "start_s", "guest_of"):
-                    if getattr(job, name) is not None:
-                        raise SnapshotError(f"jobs[{i}].{name}", "only running jobs have this field")
+                if (job.allocation, job.start_s, job.guest_of) != (None, None, None):  # (named on a fault)
+                    for name in ("allocation", "start_s", "guest_of"):
+                        if getattr(job, name) is not None:
+                            raise SnapshotError(f"jobs[{i}].{name}", "only running jobs have this field")
                 if job.on_loan or job.colocated:
                     raise SnapshotError(
                         f"jobs[{i}].{'on_loan' if job.on_loan else 'colocated'}",
@@ -235,6 +236,8 @@ class ClusterState:
             if shared or fractional_jobs
             else []
         )
+        pairs: dict[tuple[Any, ...], tuple[str, str]] = {}
+        """(GPU type, job indices) of an MPS pair found sound -> its (host, guest)."""
         for key in special:
             idxs = shared.get(key) or [first[key]]
             fractional = [x in fractional_jobs for x in idxs]
@@ -245,8 +248,13 @@ class ClusterState:
             if len(idxs) == 1:
                 gpu_holders[key] = (snap.jobs[idxs[0]].id,)
                 continue
-            i = idxs[-1]
             t = snap.nodes[node_index[key[0]]].gpu_type
+            pair = (t, *idxs)
+            known = pairs.get(pair)
+            if known is not None:  # the same two jobs on another GPU of the type: sound already
+                gpu_holders[key] = known
+                continue
+            i = idxs[-1]
             where = f"jobs[{i}].allocation"
             if len(idxs) > 2:
                 raise SnapshotError(where, f"GPU {key[0]}/{key[1]} is given to {len(idxs)} jobs")
@@ -263,7 +271,7 @@ class ClusterState:
             if guest.guest_of not in (None, host.id):
                 raise SnapshotError(where, f"'{guest.id}' shares GPUs with '{host.id}', not its host")
             host_of[guest.id] = host.id
-            gpu_holders[key] = (host.id, guest.id)
+            gpu_holders[key] = pairs[pair] = (host.id, guest.id)
 
         snap = _settle_loans(snap, node_types, host_of)
         return cls(
@@ -462,6 +470,12 @@ def _allocation_ok(
     snapshot holds a running GPU per busy GPU of the cluster, and this is asked for every one of
     them at every decision); on False the caller walks the GPUs to name the first fault."""
     nodes = {n for n, _ in keys}
+    if len(nodes) == 1:  # the common case: one node, checked without the per-GPU generators
+        (node,) = nodes
+        size = node_gpus.get(node)
+        if size is None or len(set(keys)) != len(keys) or max(g for _, g in keys) >= size:
+            return False
+        return (allowed is None or node_types[node] in allowed) and (not pool or pool.isdisjoint(keys))
     if not node_gpus.keys() >= nodes or len(set(keys)) != len(keys):
         return False
     if not all(g < node_gpus[n] for n, g in keys):
