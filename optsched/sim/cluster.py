@@ -547,6 +547,8 @@ class Simulator:
         job waiting)."""
         self._event_hosts = getattr(policy, "event_hosts", None)
         """The policy's ``event_hosts`` (see :meth:`_may_change`), if it has one."""
+        self._event_preempts = bool(getattr(policy, "event_preempts", True))
+        """Whether the policy's event decisions may stop a job (see :meth:`_may_change`)."""
         self._tenant_ids = tuple(t.id for t in self._tenants)
         self.unasked = 0
         """Decisions logged from :func:`unchanged_figures` without asking the policy."""
@@ -1014,7 +1016,9 @@ class Simulator:
         * A guaranteed pending job would fit its tenant's quota once the tenant's running
           best-effort jobs of that type stopped: the only preemptions inside quota, in the
           event path and in the epoch's model alike, are of best-effort jobs for guaranteed
-          starts inside quota, and a start on loan never preempts (none here).
+          starts inside quota, and a start on loan never preempts (none here). Not asked at an
+          event of a policy whose ``event_preempts`` is False (optsched: its event path runs
+          without ``preempt_own``, so it stops nothing between epochs).
         * A pending job could be the MPS guest of a running job (:meth:`_could_host`); at an
           event, of a running job whose tenant the policy's ``event_hosts`` names, if it has
           that method (optsched: a tenant whose assurance still lets its hosts share).
@@ -1028,15 +1032,16 @@ class Simulator:
         free = self._free_nodes()
         if any(self._fits_free(key, free) for key in keys):
             return True
-        best_effort: dict[tuple[str, str], int] = defaultdict(int)
-        for sj in self.running.values():
-            if sj.host is None and sj.spec.qos != "guaranteed":
-                best_effort[(sj.tenant, sj.gpu_type)] += sj.gpus
-        for ten, types, need in self._pending_guaranteed:
-            for t in types:
-                be = best_effort.get((ten, t), 0)
-                if be and self.own_use.get((ten, t), 0) - be + need <= self.quota.get((ten, t), 0):
-                    return True
+        if self._event_preempts or not event:
+            best_effort: dict[tuple[str, str], int] = defaultdict(int)
+            for sj in self.running.values():
+                if sj.host is None and sj.spec.qos != "guaranteed":
+                    best_effort[(sj.tenant, sj.gpu_type)] += sj.gpus
+            for ten, types, need in self._pending_guaranteed:
+                for t in types:
+                    be = best_effort.get((ten, t), 0)
+                    if be and self.own_use.get((ten, t), 0) - be + need <= self.quota.get((ten, t), 0):
+                        return True
         hosts = self._event_hosts if event else None
         return self._could_host(hosts(self._tenant_ids, self.assurance_state) if hosts else None)
 

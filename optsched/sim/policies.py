@@ -848,6 +848,11 @@ class OptschedPolicy:
     """
 
     name = "optsched"
+    event_preempts = False
+    """Its event decisions stop no job: :meth:`decide_event` runs the event path without
+    ``preempt_own`` (the simulator's test of an unchanged event decision relies on it, as on
+    :meth:`event_hosts`: both describe the event path, which decides every event the checker
+    lets it)."""
     checks_itself = True
     """Every decision it returns passed :func:`~optsched.engine.check.check_decision` against
     the state it was given, work conservation included (the engine's epoch path and event path

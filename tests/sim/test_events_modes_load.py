@@ -289,6 +289,13 @@ def test_optsched_decisions_that_change_nothing_are_logged_without_asking_in_par
                         config=replace(cfg, verify_unchanged=True))
     assert checked.run().segments == slow.segments
     assert checked.unasked == 0
+    # its event path stops nothing (event_preempts False), so an event where only a
+    # preemption could start a job is not asked; a policy that may preempt there is asked
+    eager = make_policy("optsched")
+    eager.event_preempts = True  # type: ignore[attr-defined]
+    asked = Simulator(trace, eager, seed=0, config=cfg)
+    assert asked.run().segments == slow.segments
+    assert 0 < asked.unasked < sim.unasked
     # pooled: loans follow every change of use, so every decision is asked
     pooled = Simulator(trace, make_policy("optsched"), seed=0, config=replace(cfg, mode="pooled"))
     pooled.run()
