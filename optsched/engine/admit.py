@@ -146,11 +146,10 @@ def _tenant_next(
         assert state is not None
         d, _ = asr.max_delay(state, counted[0].tenant)
         for job in counted:
-            if job.id in missed:
-                missed.discard(job.id)  # counted as missed when its wait passed the target
-                continue
-            total += 1.0
-            met += 1.0 if now - job.submit_s <= d else 0.0
+            m, t = asr.start_counts(job, now, d, missed)
+            met += m
+            total += t
+            missed.discard(job.id)  # (a missed job, now started, is no longer pending)
     return {
         "a": round(float(st.get("a", 1.0)), 6),
         "met": round(met, 6),

@@ -41,6 +41,7 @@ Its three uses (see ``docs/assurance.md``):
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -142,6 +143,17 @@ def compute(state: ClusterState) -> dict[str, TenantAssurance]:
     return out
 
 
+def start_counts(job: Job, now: float, delay: float, missed: Collection[str]) -> tuple[float, float]:
+    """What a guaranteed job starting at ``now`` adds to its tenant's QoS counts (met, total):
+    one job, met when it waited at most ``delay``; nothing when it was already counted as
+    missed (in ``missed``: its wait passed the delay while it was pending). The epoch's
+    :func:`next_state` and the event path's (:func:`optsched.engine.admit.decide_event`) count
+    starts through this one rule."""
+    if job.id in missed:
+        return 0.0, 0.0
+    return (1.0 if now - job.submit_s <= delay else 0.0), 1.0
+
+
 def next_state(
     state: ClusterState, signal: dict[str, TenantAssurance], started: list[str]
 ) -> dict[str, dict[str, Any]]:
@@ -168,10 +180,9 @@ def next_state(
         for job in guaranteed.get(ten.id, ()):
             wait = snap.now - job.submit_s
             if job.id in started_set:
-                if job.id in missed_before:
-                    continue  # already counted as missed
-                total += 1.0
-                met += 1.0 if wait <= d else 0.0
+                m, t = start_counts(job, snap.now, d, missed_before)
+                met += m
+                total += t
             elif wait > d:
                 if job.id not in missed_before:
                     total += 1.0
