@@ -103,3 +103,28 @@ def test_openb_reader_maps_fractional_gpus_and_qos(tmp_path: Path) -> None:
     assert tr.capacity() == {"T4": 4, "V100M32": 2}
     for t in ("T4", "V100M32"):
         assert sum(ten.quota[t] for ten in tr.tenants) == tr.capacity()[t]
+
+
+def test_run_many_hands_optsched_to_the_workers_first_and_lists_the_runs_as_given(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With worker processes the longest replay, optsched's, starts first (given last, it ran
+    alone at the end); the summary still lists the runs in the order given."""
+    from optsched import parallel
+    from optsched.sim.runner import run_many
+
+    real = parallel.run
+    handed: list[int] = []
+
+    def spy(tasks: list[tuple[int, object, tuple[object, ...]]], **kwargs: object) -> object:
+        items = list(tasks)
+        handed.extend(k for k, _, _ in items)
+        return real(items, **{**kwargs, "mode": "serial"})
+
+    monkeypatch.setattr(parallel, "run", spy)
+    specs = [RunSpec(trace="mini", policy=p, seed=0, max_jobs=40) for p in ("fifo", "optsched", "sjf")]
+    assert list(run_many(specs, workers=2)["policies"]) == ["fifo", "optsched", "sjf"]
+    assert handed == [1, 0, 2]
+    handed.clear()
+    assert list(run_many(specs, workers=1)["policies"]) == ["fifo", "optsched", "sjf"]
+    assert handed == [0, 1, 2]  # one process: as given
