@@ -643,7 +643,8 @@ def _status_and_bound(
 ) -> tuple[str, float | None]:
     """The decision's status and bound: ``fallback`` without a solver result; ``optimal`` only
     when the solver proved it on the whole problem (``proven_whole``: complete model, nothing
-    filled, nothing held); a bound below the answer's objective is dropped, with a note."""
+    filled, nothing held); a bound below the answer's objective is dropped, with a note, and
+    one below it by rounding only (``BOUND_TOL``) is reported as the objective itself."""
     if res is None:
         return "fallback", None
     proven = res.status == SolveStatus.OPTIMAL and proven_whole
@@ -657,7 +658,9 @@ def _status_and_bound(
             f"({obj:.6g}), so it is no bound of the whole problem: bound dropped"
         )
         return "feasible", None
-    return status, bound
+    # within rounding of the answer (HiGHS' dual bound may sit a few ulps under its own
+    # objective): the answer's objective is the bound, so no bound is ever below it
+    return status, None if bound is None else max(bound, obj)
 
 
 def _idle_victims(problem: EpochProblem, a: Assignment) -> bool:

@@ -8,6 +8,7 @@ its objective, and the decision passes the checker without falling back.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections import defaultdict
 from typing import Any
@@ -117,6 +118,33 @@ def test_a_bound_below_the_objective_never_leaves_the_engine(monkeypatch: pytest
     d = solve_epoch(state, params=SolveParams(backend="highs", **PARAMS), predictor=PREDICTOR)
     assert d.status == "feasible" and d.solver.bound is None and d.solver.gap is None
     assert any("is below this answer's objective" in n and "bound dropped" in n for n in d.solver.notes)
+    assert check_decision(state, d) == []
+
+
+class _RoundingBound(_LowBound):
+    """The greedy plan as 'optimal' with a bound a rounding error under it (as HiGHS' dual
+    bound can sit a few ulps under its own objective)."""
+
+    def solve(
+        self, problem: EpochProblem, params: SolveParams, hint: Assignment | None = None
+    ) -> SolveResult:
+        res = super().solve(problem, params, hint)
+        assert res.objective is not None
+        return dataclasses.replace(res, bound=res.objective - 1e-9 * max(1.0, abs(res.objective)))
+
+
+def test_a_bound_under_the_objective_by_rounding_is_reported_as_the_objective(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import optsched.engine.backends as backends
+
+    monkeypatch.setattr(backends, "get_backend", lambda name: _RoundingBound())
+    _, snap = solved()[0]
+    state, _ = problem_of(snap)
+    d = solve_epoch(state, params=SolveParams(backend="highs", **PARAMS), predictor=PREDICTOR)
+    assert d.solver.objective is not None and d.solver.bound == d.solver.objective
+    assert d.solver.gap == 0.0
+    assert not any("bound dropped" in n for n in d.solver.notes)
     assert check_decision(state, d) == []
 
 
