@@ -41,7 +41,8 @@ def test_tiny_instances_pass_the_checker(name: str, path: Any) -> None:
     state = load_state(path.read_text())
     d = solve(state, name)
     assert check_decision(state, d) == []
-    assert d.solver.fallback_reason is None, d.solver.fallback_reason
+    # (the stages' seconds in the message: a CI run once saw this 2 s call take 10.1 s)
+    assert d.solver.fallback_reason is None, (d.solver.fallback_reason, d.solver.stage_seconds)
     assert d.solver.backend == name
 
 
