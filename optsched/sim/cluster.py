@@ -338,6 +338,12 @@ class HeldGpus(dict[tuple[int, int], Any]):
         super().__delitem__(key)
         self.per_node[key[0]] -= 1
 
+    def _uncounted(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError("HeldGpus changes only by [key] = holder and del [key] (they keep per_node)")
+
+    # the dict methods that would change the pairs without passing through the two above
+    pop = popitem = setdefault = update = clear = __ior__ = _uncounted
+
     def free(self, node_gpus: Sequence[int]) -> list[int]:
         """Per node index, its GPUs nobody holds."""
         return [g - u for g, u in zip(node_gpus, self.per_node, strict=True)]

@@ -29,6 +29,12 @@ def test_held_gpus_count_the_gpus_held_per_node_as_they_change() -> None:
     held[(1, 5)] = "d"
     assert held.free(NODE_GPUS) == [2, 7, 3]
     assert held.per_node == [sum(1 for n, _ in held if n == k) for k in range(3)]
+    # the dict methods that would bypass the counts refuse, and change nothing
+    for change in (lambda: held.pop((2, 1)), lambda: held.update({(1, 0): "e"}), held.clear,
+                   lambda: held.setdefault((1, 1), "e"), held.popitem):
+        with pytest.raises(TypeError, match="per_node"):
+            change()
+    assert held.per_node == [6, 1, 1] and len(held) == 8
 
 
 def test_fgd_share_counts_the_waiting_jobs_whose_piece_a_node_cannot_hold() -> None:
