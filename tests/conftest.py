@@ -35,8 +35,10 @@ def tiny() -> Callable[[str], dict[str, Any]]:
 
 @pytest.fixture(scope="session", autouse=True)
 def _warm_milp_worker() -> None:
-    """Start the HiGHS worker process once, so its start-up is not charged to a test's deadline."""
-    if "highspy" in available_backends():
-        from optsched.engine.backends.highspy.backend import warm_up
+    """Start the solver worker processes (HiGHS, PuLP) once, so their start-up is not charged
+    to a test's deadline."""
+    from optsched.engine.backends import WORKER_BACKENDS, warm_up
 
-        warm_up()
+    for name in WORKER_BACKENDS:
+        if name in available_backends():
+            warm_up(name)

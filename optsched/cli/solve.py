@@ -94,11 +94,10 @@ def solve(
         pred = EstimatePredictor()
     else:
         pred = default_predictor()  # loaded before the solve's clock starts
-    if params.backend == "highspy":
-        # start the HiGHS worker process before the clock of the solve starts
-        from optsched.engine.backends.highspy.backend import warm_up
+    # start the solver's worker process (highspy, pulp) before the clock of the solve starts
+    from optsched.engine.backends import warm_up
 
-        warm_up()
+    warm_up(params.backend)
     parts: int | str | None = partitions
     if partitions is not None and partitions != "auto":
         parts = int(partitions)

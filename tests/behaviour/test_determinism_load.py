@@ -143,18 +143,17 @@ def test_cbc_that_writes_no_solution_is_a_wall_clock_stop_only_when_the_clock_ra
     """CBC stopped by a tiny time limit can exit before writing its solution file, and PuLP then
     raises: that is the wall-clock case (the fixed label) when the limit was spent, a solver
     error (named) when it was not."""
-    import time
+    from optsched.engine.backends.pulp import backend as pulp_backend
 
-    import pulp
+    def no_solution(job: dict[str, Any], deadline: float) -> tuple[str, Any]:
+        # what the PuLP worker answers when PuLP raised PulpSolverError after the solver ran
+        # ``spent`` of its ``wall`` seconds
+        wall = 1.0
+        spent = 1.05 * wall if late else 0.1 * wall
+        error = "Pulp: Error while trying to execute"
+        return "ok", {"unavailable": False, "error": error, "solve_seconds": spent, "wall": wall}
 
-    def no_solution(self: Any, solver: Any = None, **kw: Any) -> int:
-        if late:
-            time.sleep(1.05 * float(solver.timeLimit))  # the whole wall share goes by
-        raise pulp.PulpSolverError("Pulp: Error while trying to execute")
-
-    monkeypatch.setattr(pulp.LpProblem, "solve", no_solution)
-    if late:
-        _hurry(monkeypatch, "pulp")
+    monkeypatch.setattr(pulp_backend.WORKER, "call", no_solution)
     d = _solve(venus, "pulp")
     assert d.status == "fallback"
     assert not check_decision(venus, d)

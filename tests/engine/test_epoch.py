@@ -80,10 +80,10 @@ def test_a_tiny_time_limit_gives_a_labelled_valid_fallback(backend: str) -> None
 
 def test_milp_is_abandoned_at_the_deadline_when_highs_overshoots(monkeypatch: pytest.MonkeyPatch) -> None:
     """A HiGHS worker that never answers is killed; the engine answers with the fallback."""
+    from optsched.engine.backends import process
     from optsched.engine.backends.highspy import backend as milp
 
-    monkeypatch.setattr(milp, "KILL_GRACE_S", 0.0)
-    real_worker = milp._worker
+    monkeypatch.setattr(process, "KILL_GRACE_S", 0.0)
 
     class Silent:
         def send(self, job: Any) -> None:  # swallow the job: the solver "overshoots"
@@ -92,11 +92,8 @@ def test_milp_is_abandoned_at_the_deadline_when_highs_overshoots(monkeypatch: py
         def poll(self, timeout: float) -> bool:
             return False
 
-    def fake() -> Any:
-        proc, _ = real_worker()
-        return proc, Silent()
-
-    monkeypatch.setattr(milp, "_worker", fake)
+    milp.warm_up()
+    monkeypatch.setattr(milp.WORKER, "channel", lambda: Silent())
     state = load_state(generate("tiny", 1))
     d = solve_epoch(state, params=params("milp", 0.3), predictor=FALLBACK)
     assert d.status == "fallback"

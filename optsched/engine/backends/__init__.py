@@ -64,6 +64,21 @@ def get_backend(name: str) -> Any:
     return cls()
 
 
+WORKER_BACKENDS = ("highspy", "pulp")
+"""Backends whose solver runs in a worker process (:mod:`.process`)."""
+
+
+def warm_up(name: str, wait: bool = True) -> None:
+    """Start the worker process of backend ``name`` ahead of its first solve, so that its
+    start-up (a fraction of a second) is not charged to a call's time limit; nothing for a
+    backend that solves in-process."""
+    name = canonical_backend(name)
+    if name in WORKER_BACKENDS:
+        get_backend(name)  # names a missing extra
+        module = BACKENDS[name].split(":")[0]
+        importlib.import_module(module).warm_up(wait)
+
+
 def available_backends() -> list[str]:
     """Names of the backends that can run here."""
     out = []

@@ -117,6 +117,10 @@ def setup_worker(ref: PredictorRef, warm: Snapshot | None = None, params: SolveP
     if key in _WARMED:  # (a Ray task runs the setup each time: once per process is enough)
         return
     pred = load_predictor(ref)
+    if params is not None:  # a solver worker process (highspy, pulp) starts here, not in a solve
+        from optsched.engine.backends import warm_up
+
+        warm_up(params.backend)
     if warm is not None and solve is not None:
         solve(warm, params=params, predictor=pred)
     _WARMED.add(key)

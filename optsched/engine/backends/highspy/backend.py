@@ -1,8 +1,8 @@
 """HiGHS MILP backend over the neutral model, in a persistent worker process.
 
-The worker (``worker.py``, a separate interpreter speaking length-prefixed pickles over its
-stdin/stdout) is started once per Python process and reused; a solve that runs past the
-deadline is abandoned by killing the worker (a fresh one starts on the next call), so
+The worker (``worker.py``, run by :class:`~optsched.engine.backends.process.WorkerProcess`) is
+started once per Python process and reused; a solve that runs past the deadline is abandoned
+by killing the worker (a fresh one starts on the next call), so
 ``time_limit_s`` holds even when HiGHS overshoots its own limit.
 
 Determinism: the search runs in one thread with ``random_seed = params.seed`` and stops on a
@@ -15,15 +15,7 @@ when it ends the search the result's ``detail`` says ``wall-clock limit hit``.
 
 from __future__ import annotations
 
-import atexit
 import importlib.util
-import os
-import pickle
-import select
-import struct
-import subprocess
-import sys
-import threading
 import time
 from typing import Any, ClassVar
 
@@ -35,108 +27,13 @@ from optsched.engine.backends.base import (
     check_extra,
 )
 from optsched.engine.backends.highspy.worker import ALLOWED_OPTIONS, ROOT_CHECKS_PER_S, TREE_CHECKS_PER_S
+from optsched.engine.backends.process import Late, WorkerProcess
 from optsched.engine.budget import default_work_s
 from optsched.engine.formulation import build_model, from_assignment, is_feasible, solved
 from optsched.engine.problem import Assignment, EpochProblem
 
-_LOCK = threading.Lock()
-KILL_GRACE_S = 0.05
-
-
-class Channel:
-    """Length-prefixed pickles over the worker's stdin/stdout, read without buffering so
-    that ``poll`` (``select``) sees every byte."""
-
-    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
-        assert proc.stdin is not None and proc.stdout is not None
-        self.proc = proc
-        self._in = proc.stdin
-        self._fd = proc.stdout.fileno()
-
-    def send(self, obj: Any) -> None:
-        data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-        self._in.write(struct.pack("<Q", len(data)) + data)
-        self._in.flush()
-
-    def poll(self, timeout: float) -> bool:
-        ready, _, _ = select.select([self._fd], [], [], max(0.0, timeout))
-        return bool(ready)
-
-    def _read(self, n: int) -> bytes:
-        buf = b""
-        while len(buf) < n:
-            chunk = os.read(self._fd, n - len(buf))
-            if not chunk:
-                raise EOFError("the HiGHS worker exited")
-            buf += chunk
-        return buf
-
-    def recv(self) -> Any:
-        (n,) = struct.unpack("<Q", self._read(8))
-        return pickle.loads(self._read(n))
-
-    def close(self) -> None:
-        for stream in (self.proc.stdin, self.proc.stdout):
-            if stream is not None:
-                stream.close()
-
-
-_WORKER: tuple[subprocess.Popen[bytes], Channel] | None = None
-_READY = {"ok": False}
-
-
-@atexit.register
-def _shutdown() -> None:
-    """At interpreter exit: close the worker's stdin (it exits on EOF), then reap it."""
-    global _WORKER
-    if _WORKER is not None:
-        proc, conn = _WORKER
-        conn.close()
-        try:
-            proc.wait(1.0)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(1.0)
-        _WORKER = None
-
-
-def _worker() -> tuple[subprocess.Popen[bytes], Channel]:
-    """The running worker, started if needed.
-
-    It is a fresh interpreter running ``python -m optsched.engine.backends.highspy.worker`` (not a
-    multiprocessing child), so the caller's ``__main__`` is never re-imported.
-    """
-    global _WORKER
-    if _WORKER is None or _WORKER[0].poll() is not None:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "optsched.engine.backends.highspy.worker"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        )
-        _WORKER = (proc, Channel(proc))
-        _READY["ok"] = False
-    return _WORKER
-
-
-def _wait_ready(conn: Channel, timeout: float) -> bool:
-    """Consume the worker's ready message; ``False`` if it did not come in time."""
-    if _READY["ok"]:
-        return True
-    if conn.poll(max(0.0, timeout)):
-        kind, _ = conn.recv()
-        _READY["ok"] = kind == "ready"
-    return _READY["ok"]
-
-
-def _kill_worker() -> None:
-    global _WORKER
-    if _WORKER is not None:
-        proc, conn = _WORKER
-        proc.kill()
-        proc.wait(1.0)
-        conn.close()
-        _WORKER = None
+WORKER = WorkerProcess("optsched.engine.backends.highspy.worker")
+"""The HiGHS worker of this Python process."""
 
 
 def map_status(model_status: str, has_solution: bool) -> SolveStatus:
@@ -160,10 +57,7 @@ def map_status(model_status: str, has_solution: bool) -> SolveStatus:
 def warm_up(wait: bool = True) -> None:
     """Start the worker process ahead of the first solve (it takes a fraction of a second);
     with ``wait``, block until it has HiGHS loaded."""
-    with _LOCK:
-        _, conn = _worker()
-        if wait:
-            _wait_ready(conn, 30.0)
+    WORKER.warm_up(wait)
 
 
 def work_s(params: SolveParams) -> float:
@@ -215,27 +109,15 @@ class HighspyBackend:
             "options": dict(params.extra),
             "work_s": work_s(params),
         }
-        with _LOCK:
-            _, conn = _worker()
-            if not _wait_ready(conn, deadline - time.monotonic()):
-                return SolveResult(
-                    SolveStatus.NO_SOLUTION,
-                    self.name,
-                    time.monotonic() - t0,
-                    detail=f"the HiGHS worker was still starting at the deadline ({WALL_CLOCK_HIT})",
-                )
-            job["time_limit_s"] = max(0.01, deadline - time.monotonic() - KILL_GRACE_S)
-            conn.send(job)
-            remaining = deadline - time.monotonic()
-            if not conn.poll(max(0.0, remaining)):
-                _kill_worker()
-                return SolveResult(
-                    SolveStatus.NO_SOLUTION,
-                    self.name,
-                    time.monotonic() - t0,
-                    detail=f"abandoned at the deadline: {WALL_CLOCK_HIT} (HiGHS overshot its limit)",
-                )
-            kind, payload = conn.recv()
+        try:
+            kind, payload = WORKER.call(job, deadline)
+        except Late as late:
+            why = (
+                f"the HiGHS worker was still starting at the deadline ({WALL_CLOCK_HIT})"
+                if late.starting
+                else f"abandoned at the deadline: {WALL_CLOCK_HIT} (HiGHS overshot its limit)"
+            )
+            return SolveResult(SolveStatus.NO_SOLUTION, self.name, time.monotonic() - t0, detail=why)
         seconds = time.monotonic() - t0
         if kind != "ok":
             return SolveResult(SolveStatus.ERROR, self.name, seconds, detail=str(payload))

@@ -3,7 +3,7 @@
 Two reasons for a separate process: OR-Tools and highspy each bundle HiGHS, and loading both
 into one interpreter fails with undefined symbols; and HiGHS can overshoot its time limit, so
 the engine must be able to abandon (kill) a solve at the deadline. This module imports only
-numpy and highspy.
+numpy, highspy and the standard-library loop of :mod:`optsched.engine.backends.process`.
 
 Determinism: HiGHS's MIP search is deterministic with one thread and a fixed seed as long as
 it stops on something other than time. HiGHS 1.15 has no global work limit (``mip_max_nodes``
@@ -154,35 +154,12 @@ def solve_arrays(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> None:
-    """Worker loop over stdin/stdout: say ready once HiGHS is imported, then answer each job
-    until stdin closes. Anything HiGHS prints goes to stderr, never into the channel."""
-    import os
-    import pickle
-    import struct
-    import sys
-
+    """Worker loop (:func:`~optsched.engine.backends.process.serve`), once HiGHS is imported."""
     import highspy  # noqa: F401
 
-    out = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)
-    inp = sys.stdin.buffer
+    from optsched.engine.backends.process import serve
 
-    def send(obj: Any) -> None:
-        data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-        out.write(struct.pack("<Q", len(data)) + data)
-        out.flush()
-
-    send(("ready", None))
-    while True:
-        head = inp.read(8)
-        if len(head) < 8:
-            return
-        (n,) = struct.unpack("<Q", head)
-        job = pickle.loads(inp.read(n))
-        try:
-            send(("ok", solve_arrays(job)))
-        except Exception as exc:  # report every failure to the parent, never die silently
-            send(("error", f"{type(exc).__name__}: {exc}"))
+    serve(solve_arrays)
 
 
 if __name__ == "__main__":

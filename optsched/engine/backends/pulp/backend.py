@@ -17,18 +17,18 @@ gap allows (``objective * (1 + gapRel)``), a feasible one none. A solver without
 stops on the wall clock only, and ``detail`` says that too. ``HiGHS`` (PuLP's in-process
 highspy interface) is refused: highspy and OR-Tools cannot share an interpreter; use the
 ``highspy`` backend or ``HiGHS_CMD``.
+
+The PuLP problem is built and solved in a persistent worker process (``worker.py``, run by
+:class:`~optsched.engine.backends.process.WorkerProcess`): PuLP waits for its solver binary
+without a timeout, so a solver that overshoots its ``timeLimit`` is abandoned at the deadline by
+killing the worker's process group, binary included, and the call still returns in time.
 """
 
 from __future__ import annotations
 
 import inspect
-import math
 import re
-import sys
-import tempfile
 import time
-import warnings
-from pathlib import Path
 from typing import Any, ClassVar
 
 from optsched.engine.backends.base import (
@@ -38,10 +38,10 @@ from optsched.engine.backends.base import (
     SolveStatus,
     check_extra,
 )
-from optsched.engine.backends.stdio import solver_output_to_stderr
+from optsched.engine.backends.process import Late, WorkerProcess
+from optsched.engine.backends.pulp.worker import import_pulp as import_pulp
 from optsched.engine.budget import default_work_s
 from optsched.engine.formulation import (
-    LinearModel,
     build_model,
     from_assignment,
     is_feasible,
@@ -77,27 +77,13 @@ thread) on a 2-core machine of the kind the engine runs on, on Venus-size snapsh
 nodes per second after a root node of about 0.03 s."""
 GAP_REL = 1e-4
 """Default relative gap, as for the other exact backends."""
+WORKER = WorkerProcess("optsched.engine.backends.pulp.worker")
+"""The PuLP worker of this Python process (PuLP and its solver binary run there)."""
 
 
-def import_pulp() -> Any:
-    """``import pulp`` without letting it load highspy.
-
-    PuLP imports highspy when it is installed (for its in-process ``HiGHS`` solver), and
-    highspy loaded before OR-Tools makes OR-Tools fail to load (both bundle HiGHS), which would
-    break the ``cpsat`` backend for the rest of the process. Hiding highspy during the import
-    leaves PuLP's in-process HiGHS unavailable (refused here anyway).
-    """
-    if "pulp" in sys.modules:
-        return sys.modules["pulp"]
-    hide = "highspy" not in sys.modules
-    if hide:
-        sys.modules["highspy"] = None  # type: ignore[assignment]  # makes ``import highspy`` fail
-    try:
-        import pulp
-    finally:
-        if hide and sys.modules.get("highspy", 0) is None:
-            del sys.modules["highspy"]
-    return pulp
+def warm_up(wait: bool = True) -> None:
+    """Start the worker process ahead of the first solve; with ``wait``, until PuLP is loaded."""
+    WORKER.warm_up(wait)
 
 
 def map_status(status: int, sol_status: int) -> SolveStatus:
@@ -172,29 +158,6 @@ def check_options(extra: dict[str, Any]) -> tuple[str, Any, dict[str, Any]]:
     return name, cls, opts
 
 
-def to_pulp(m: LinearModel) -> tuple[Any, list[Any]]:
-    """The PuLP problem of ``m`` (maximise) and its variables, named ``x<k>``/``r<k>`` so that
-    PuLP's name mangling cannot merge two of them."""
-    pulp = import_pulp()
-
-    prob = pulp.LpProblem("epoch", pulp.LpMaximize)
-    if hasattr(prob, "add_variable"):  # PuLP >= 3.3; LpVariable(...) is deprecated there
-        xs = [prob.add_variable(f"x{k}", m.lb[k], m.ub[k], cat=pulp.LpInteger) for k in range(m.n)]
-    else:  # pragma: no cover - older PuLP
-        xs = [pulp.LpVariable(f"x{k}", m.lb[k], m.ub[k], cat=pulp.LpInteger) for k in range(m.n)]
-    prob += pulp.LpAffineExpression([(xs[k], c) for k, c in enumerate(m.obj) if c != 0])
-    for i, row in enumerate(m.rows):
-        expr = pulp.LpAffineExpression([(xs[v], c) for v, c in row.coefs.items()])
-        if row.lo == row.hi:
-            prob += pulp.LpConstraint(expr, pulp.LpConstraintEQ, f"r{i}", row.hi)
-            continue
-        if not math.isinf(row.hi):
-            prob += pulp.LpConstraint(expr, pulp.LpConstraintLE, f"r{i}", row.hi)
-        if not math.isinf(row.lo):
-            prob += pulp.LpConstraint(expr, pulp.LpConstraintGE, f"r{i}_lo", row.lo)
-    return prob, xs
-
-
 _CBC_RESULT = re.compile(r"^Result - (.*)$", re.MULTILINE)
 
 
@@ -217,21 +180,16 @@ class PulpBackend:
         self, problem: EpochProblem, params: SolveParams, hint: Assignment | None = None
     ) -> SolveResult:
         solver_name, cls, opts = check_options(params.extra)
-        pulp_module = import_pulp()
         t0 = time.monotonic()
+        deadline = t0 + params.time_limit_s
         lin = build_model(problem)
-        prob, xs = to_pulp(lin)
         accepted = accepted_keys(cls)
         warm = bool(opts.pop("warmStart", True)) and "warmStart" in accepted
+        start = None
         if warm and hint is not None:
             x0 = from_assignment(lin, problem, hint)
             if is_feasible(lin, x0):
-                for x, v in zip(xs, x0, strict=True):
-                    x.setInitialValue(v)
-            else:
-                warm = False
-        else:
-            warm = False
+                start = x0
         work = work_s(params)
         node_limit: int | None = None
         if "maxNodes" in opts:
@@ -239,45 +197,50 @@ class PulpBackend:
         elif "maxNodes" in accepted:
             node_limit = max(1, int(NODES_PER_S * work))
         kwargs: dict[str, Any] = {"msg": False, "gapRel": GAP_REL, **opts, "threads": 1}
-        if warm:
+        if start is not None:
             kwargs["warmStart"] = True
         if node_limit is not None:
             kwargs["maxNodes"] = node_limit
-        is_cbc = solver_name in ("PULP_CBC_CMD", "COIN_CMD")
-        if is_cbc:
+        if solver_name in ("PULP_CBC_CMD", "COIN_CMD"):
             kwargs["options"] = [f"randomCbcSeed {params.seed + 1}"]
-        with tempfile.TemporaryDirectory(prefix="optsched-pulp-") as tmp:
-            log_path = Path(tmp) / "solver.log"
-            if "logPath" in accepted:
-                kwargs["logPath"] = str(log_path)
-            wall = max(0.01, params.time_limit_s - (time.monotonic() - t0))
-            kwargs["timeLimit"] = wall
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", DeprecationWarning)  # PULP_CBC_CMD's PuLP 4 notice
-                solver = cls(**kwargs)
-            if not solver.available():
-                detail = f"{solver_name} is not available"
-                return SolveResult(SolveStatus.ERROR, self.name, time.monotonic() - t0, detail=detail)
-            t_solve = time.monotonic()
-            try:
-                with solver_output_to_stderr():
-                    prob.solve(solver)
-            except pulp_module.PulpSolverError as exc:
-                # CBC stopped by a tiny time limit may exit before writing a solution file
-                spent = time.monotonic() - t_solve
-                hit = f"; {WALL_CLOCK_HIT}" if spent >= 0.95 * wall else ""
-                return SolveResult(
-                    SolveStatus.ERROR, self.name, time.monotonic() - t0,
-                    detail=f"{solver_name} gave no solution ({exc}){hit}",
-                )
-            solve_seconds = time.monotonic() - t_solve
-            log_text = log_path.read_text(errors="replace") if log_path.exists() else ""
+        job: dict[str, Any] = {
+            "lb": lin.lb,
+            "ub": lin.ub,
+            "obj": lin.obj,
+            "rows": [(r.lo, r.hi, list(r.coefs), list(r.coefs.values())) for r in lin.rows],
+            "start": start,
+            "solver": solver_name,
+            "kwargs": kwargs,
+            "log": "logPath" in accepted,
+        }
+        try:
+            kind, out = WORKER.call(job, deadline)
+        except Late as late:
+            why = (
+                f"the PuLP worker was still starting at the deadline ({WALL_CLOCK_HIT})"
+                if late.starting
+                else f"abandoned at the deadline: {WALL_CLOCK_HIT} ({solver_name} overshot its limit)"
+            )
+            return SolveResult(SolveStatus.NO_SOLUTION, self.name, time.monotonic() - t0, detail=why)
         seconds = time.monotonic() - t0
-        status = map_status(prob.status, prob.sol_status)
-        detail = self._detail(solver_name, prob, status, log_text, node_limit, work, solve_seconds, wall)
+        if kind != "ok":
+            return SolveResult(SolveStatus.ERROR, self.name, seconds, detail=str(out))
+        if out["unavailable"]:
+            detail = f"{solver_name} is not available"
+            return SolveResult(SolveStatus.ERROR, self.name, seconds, detail=detail)
+        if out["error"] is not None:
+            hit = f"; {WALL_CLOCK_HIT}" if out["solve_seconds"] >= 0.95 * out["wall"] else ""
+            return SolveResult(
+                SolveStatus.ERROR, self.name, seconds,
+                detail=f"{solver_name} gave no solution ({out['error']}){hit}",
+            )
+        status = map_status(out["status"], out["sol_status"])
+        detail = self._detail(
+            solver_name, out, status, node_limit, work, out["solve_seconds"], out["wall"]
+        )
         if status not in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE):
             return SolveResult(status, self.name, seconds, detail=detail)
-        values = [round(x.value() or 0.0) for x in xs]
+        values = out["values"]
         bound = None
         if status == SolveStatus.OPTIMAL:
             # PuLP does not report the solver's bound; "optimal" means within the relative gap
@@ -289,19 +252,18 @@ class PulpBackend:
     @staticmethod
     def _detail(
         solver_name: str,
-        prob: Any,
+        out: dict[str, Any],
         status: SolveStatus,
-        log_text: str,
         node_limit: int | None,
         work: float,
         solve_seconds: float,
         wall: float,
     ) -> str:
         pulp = import_pulp()
-        status_text = pulp.LpStatus.get(prob.status, prob.status)
-        solution_text = pulp.LpSolution.get(prob.sol_status, prob.sol_status)
+        status_text = pulp.LpStatus.get(out["status"], out["status"])
+        solution_text = pulp.LpSolution.get(out["sol_status"], out["sol_status"])
         base = f"{solver_name}: {status_text} / {solution_text}"
-        result = cbc_result(log_text)
+        result = cbc_result(out["log"])
         if result is not None:
             base += f" ({result})"
             hit_wall = "time" in result.lower()
