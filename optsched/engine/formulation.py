@@ -68,6 +68,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from optsched.engine.backends.base import SolveResult, SolveStatus
 from optsched.engine.chunks import ChunkBook, carry, chunks_of, level_counts
@@ -150,6 +151,12 @@ class LinearModel:
     @property
     def n(self) -> int:
         return len(self.names)
+
+    def arrays(self) -> dict[str, Any]:
+        """The model as plain lists, for a solver in a worker process: ``lb``, ``ub``, ``obj``
+        and ``rows`` as ``(lo, hi, variable indices, coefficients)``."""
+        rows = [(r.lo, r.hi, list(r.coefs), list(r.coefs.values())) for r in self.rows]
+        return {"lb": self.lb, "ub": self.ub, "obj": self.obj, "rows": rows}
 
 
 INF = float("inf")

@@ -29,7 +29,10 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from optsched.engine.backends.base import SolveResult
 
 KILL_GRACE_S = 0.05
 """The solver's own limit ends this much before the deadline, so that its answer can arrive."""
@@ -164,6 +167,26 @@ class WorkerProcess:
         except subprocess.TimeoutExpired:
             self.kill()
         self.proc, self.conn, self.ready = None, None, False
+
+
+def ask(
+    worker: WorkerProcess, job: dict[str, Any], deadline: float, t0: float, backend: str, solver: str
+) -> tuple[tuple[str, Any], float] | SolveResult:
+    """``worker.call`` for a backend called ``backend`` running ``solver``: the reply and the
+    seconds since ``t0``, or, when no answer came by the deadline, the backend's
+    ``SolveResult`` (no solution, the wall clock named as what stopped it)."""
+    try:
+        reply = worker.call(job, deadline)
+    except Late as late:
+        from optsched.engine.backends.base import WALL_CLOCK_HIT, SolveResult, SolveStatus
+
+        why = (
+            f"the {solver} worker was still starting at the deadline ({WALL_CLOCK_HIT})"
+            if late.starting
+            else f"abandoned at the deadline: {WALL_CLOCK_HIT} ({solver} overshot its limit)"
+        )
+        return SolveResult(SolveStatus.NO_SOLUTION, backend, time.monotonic() - t0, detail=why)
+    return reply, time.monotonic() - t0
 
 
 _ALL: list[WorkerProcess] = []

@@ -27,7 +27,7 @@ from optsched.engine.backends.base import (
     check_extra,
 )
 from optsched.engine.backends.highspy.worker import ALLOWED_OPTIONS, ROOT_CHECKS_PER_S, TREE_CHECKS_PER_S
-from optsched.engine.backends.process import Late, WorkerProcess
+from optsched.engine.backends.process import WorkerProcess, ask
 from optsched.engine.budget import default_work_s
 from optsched.engine.formulation import build_model, from_assignment, is_feasible, solved
 from optsched.engine.problem import Assignment, EpochProblem
@@ -100,25 +100,16 @@ class HighspyBackend:
             if is_feasible(lin, x0):
                 start = x0
         job: dict[str, Any] = {
-            "lb": lin.lb,
-            "ub": lin.ub,
-            "obj": lin.obj,
-            "rows": [(r.lo, r.hi, list(r.coefs), list(r.coefs.values())) for r in lin.rows],
+            **lin.arrays(),
             "start": start,
             "seed": params.seed,
             "options": dict(params.extra),
             "work_s": work_s(params),
         }
-        try:
-            kind, payload = WORKER.call(job, deadline)
-        except Late as late:
-            why = (
-                f"the HiGHS worker was still starting at the deadline ({WALL_CLOCK_HIT})"
-                if late.starting
-                else f"abandoned at the deadline: {WALL_CLOCK_HIT} (HiGHS overshot its limit)"
-            )
-            return SolveResult(SolveStatus.NO_SOLUTION, self.name, time.monotonic() - t0, detail=why)
-        seconds = time.monotonic() - t0
+        answer = ask(WORKER, job, deadline, t0, self.name, "HiGHS")
+        if isinstance(answer, SolveResult):
+            return answer
+        (kind, payload), seconds = answer
         if kind != "ok":
             return SolveResult(SolveStatus.ERROR, self.name, seconds, detail=str(payload))
         status = map_status(payload["model_status"], payload["x"] is not None)

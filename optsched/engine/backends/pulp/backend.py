@@ -38,7 +38,7 @@ from optsched.engine.backends.base import (
     SolveStatus,
     check_extra,
 )
-from optsched.engine.backends.process import Late, WorkerProcess
+from optsched.engine.backends.process import WorkerProcess, ask
 from optsched.engine.backends.pulp.worker import import_pulp as import_pulp
 from optsched.engine.budget import default_work_s
 from optsched.engine.formulation import (
@@ -204,25 +204,16 @@ class PulpBackend:
         if solver_name in ("PULP_CBC_CMD", "COIN_CMD"):
             kwargs["options"] = [f"randomCbcSeed {params.seed + 1}"]
         job: dict[str, Any] = {
-            "lb": lin.lb,
-            "ub": lin.ub,
-            "obj": lin.obj,
-            "rows": [(r.lo, r.hi, list(r.coefs), list(r.coefs.values())) for r in lin.rows],
+            **lin.arrays(),
             "start": start,
             "solver": solver_name,
             "kwargs": kwargs,
             "log": "logPath" in accepted,
         }
-        try:
-            kind, out = WORKER.call(job, deadline)
-        except Late as late:
-            why = (
-                f"the PuLP worker was still starting at the deadline ({WALL_CLOCK_HIT})"
-                if late.starting
-                else f"abandoned at the deadline: {WALL_CLOCK_HIT} ({solver_name} overshot its limit)"
-            )
-            return SolveResult(SolveStatus.NO_SOLUTION, self.name, time.monotonic() - t0, detail=why)
-        seconds = time.monotonic() - t0
+        answer = ask(WORKER, job, deadline, t0, self.name, solver_name)
+        if isinstance(answer, SolveResult):
+            return answer
+        (kind, out), seconds = answer
         if kind != "ok":
             return SolveResult(SolveStatus.ERROR, self.name, seconds, detail=str(out))
         if out["unavailable"]:
