@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -111,3 +112,30 @@ def test_the_pulp_worker_solves_a_job_of_plain_arrays() -> None:
     assert (out["status"], out["sol_status"]) == (1, 1)  # optimal, optimal
     assert out["values"] == [3, 1, 0]
     assert "Result - Optimal" in out["log"]
+
+
+def test_cbc_is_run_without_a_thread_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CBC 2.10 given ``-threads 1`` starts one search thread, and that start sometimes sat in
+    a 10 s timed wait ("Thread 0 used 0 times, waiting to start 10.000116"), holding a 2 s call
+    for 10 s; without a thread count it searches in its main thread."""
+    from optsched.engine.backends.pulp import backend as pulp_backend
+    from optsched.engine.backends.pulp.worker import solve_job
+
+    sent: list[dict[str, Any]] = []
+    real = pulp_backend.WORKER.call
+
+    def spy(job: dict[str, Any], deadline: float) -> tuple[str, Any]:
+        sent.append(dict(job))
+        return real(job, deadline)
+
+    monkeypatch.setattr(pulp_backend.WORKER, "call", spy)
+    state = load_state(generate("tiny", 1))
+    d = optsched.solve_epoch(state, params=SolveParams(backend="pulp", time_limit_s=30.0),
+                             predictor=EstimatePredictor())
+    assert d.status == "optimal" and sent
+    job = sent[0]
+    assert "threads" not in job["kwargs"]
+    log = solve_job({**job, "time_limit_s": 30.0})["log"]
+    command = next(line for line in log.splitlines() if line.startswith("command line"))
+    assert "-threads" not in command and "-randomCbcSeed 1" in command
+    assert "waiting to start" not in log

@@ -7,7 +7,9 @@ problem and solves it with the MILP solver named in ``params.extra["solver"]`` (
 chosen PuLP solver class accepts; an unknown key is an error naming it. The greedy warm start
 is passed as initial values when the solver supports ``warmStart``.
 
-Determinism: one thread, and a deterministic work limit where the solver has one: a node limit
+Determinism: one thread (for CBC, no ``-threads`` option at all: CBC then searches in its main
+thread, where ``-threads 1`` would start one search thread whose start can stall for 10 s),
+and a deterministic work limit where the solver has one: a node limit
 (``maxNodes``) of ``NODES_PER_S`` nodes per nominal second of ``params.work_s`` (or of
 ``time_limit_s / budget.WALL_SAFETY`` when the caller gives no work budget); for CBC also a fixed
 random seed (``randomCbcSeed = params.seed + 1``: CBC reads 0 as "seed from the time of day").
@@ -77,6 +79,8 @@ thread) on a 2-core machine of the kind the engine runs on, on Venus-size snapsh
 nodes per second after a root node of about 0.03 s."""
 GAP_REL = 1e-4
 """Default relative gap, as for the other exact backends."""
+CBC_SOLVERS = ("PULP_CBC_CMD", "COIN_CMD")
+"""PuLP's solver classes that run CBC."""
 WORKER = WorkerProcess("optsched.engine.backends.pulp.worker")
 """The PuLP worker of this Python process (PuLP and its solver binary run there)."""
 
@@ -197,11 +201,17 @@ class PulpBackend:
         elif "maxNodes" in accepted:
             node_limit = max(1, int(NODES_PER_S * work))
         kwargs: dict[str, Any] = {"msg": False, "gapRel": GAP_REL, **opts, "threads": 1}
+        if solver_name in CBC_SOLVERS:
+            # CBC searches in the calling thread unless told a thread count; with ``-threads 1``
+            # it starts one search thread, and that start can sit in a 10 s timed wait (CBC
+            # 2.10.3, about one solve in 75 on a busy 2-core machine: "Thread 0 used 0 times,
+            # waiting to start 10.000116"), which held a 2 s call for 10 s
+            del kwargs["threads"]
         if start is not None:
             kwargs["warmStart"] = True
         if node_limit is not None:
             kwargs["maxNodes"] = node_limit
-        if solver_name in ("PULP_CBC_CMD", "COIN_CMD"):
+        if solver_name in CBC_SOLVERS:
             kwargs["options"] = [f"randomCbcSeed {params.seed + 1}"]
         job: dict[str, Any] = {
             **lin.arrays(),
