@@ -401,7 +401,7 @@ def _start_guests(
 ) -> None:
     """Step 3: the safe MPS guests (:func:`_guests`) for the jobs still waiting."""
     guests = _guests(led.state, [j for j in order if j.id not in led.started], led.starts, predictor,
-                     weights or ObjectiveWeights(), led.signal)
+                     weights or ObjectiveWeights(), led.signal, led.placer)
     led.starts += guests
     led.started.update(s.job for s in guests)
 
@@ -593,6 +593,7 @@ def _guests(
     predictor: Predictor,
     weights: ObjectiveWeights,
     signal: dict[str, asr.TenantAssurance],
+    placer: NodePool,
 ) -> list[Start]:
     """MPS guests for jobs that could not start alone, on *safe* pairs only: the host runs
     alone on an MPS type, both jobs are shareable with known memory that fits together, the
@@ -601,7 +602,9 @@ def _guests(
     at least ``weights.min_guest_speed``; among a job's safe hosts, the fastest pair (sum of
     both speeds, then host id) wins. The first ``MAX_GUEST_JOBS`` shareable waiting jobs of
     the event order are tried (the epoch's model considers every job). A guest of a tenant
-    with ``borrow_limit`` 0 on the type shares only its own tenant's hosts."""
+    with ``borrow_limit`` 0 on the type shares only its own tenant's hosts. The winning host's
+    node must have the guest's CPU and host memory free after the event's starts (``placer``,
+    which is charged with them); else the job stays queued."""
     snap = state.snapshot
     just_started = {s.job for s in starts}
     hosts: list[Job] = []
@@ -650,8 +653,11 @@ def _guests(
         if best is None:
             continue
         host = best[2]
-        taken.add(host.id)
         assert host.allocation is not None
         alloc = [GpuRef(node=r.node, gpu=r.gpu) for r in host.allocation[: job.gpus]]
+        # its CPU and host memory on the host's node, after the event's starts (``placer``)
+        if not placer.charge_guest(alloc, shape_of(state, job, state.job_type(host))):
+            continue
+        taken.add(host.id)
         out.append(Start(job=job.id, allocation=alloc, on_loan=False, colocated_with=[host.id]))
     return out

@@ -537,6 +537,20 @@ def _elastic_growth(sc: _Scope, run: _Running, density: dict[str, float]) -> Non
             run.items[ri] = dataclasses.replace(item, grow_value=per_gpu * item.step)
 
 
+def _node_holds_guest(state: ClusterState, recs: dict[str, NodeRecord], host: str, guest: Job) -> bool:
+    """Whether every node of ``host``'s GPUs has ``guest``'s CPU and host memory free (a node
+    that does not track them holds any)."""
+    for nid in {ref.node for ref in state.job(host).allocation or ()}:
+        rec = recs.get(nid)
+        if rec is None:
+            return False
+        if rec.cpu is not None and rec.cpu < (guest.cpu_milli or 0):
+            return False
+        if rec.mem is not None and rec.mem < (guest.memory_mib or 0):
+            return False
+    return True
+
+
 def _guest_pairs(
     sc: _Scope, predictor: Predictor, running: list[RunningItem], pend: _Pending
 ) -> tuple[dict[str, list[tuple[int, float, float, float]]], bool]:
@@ -557,6 +571,9 @@ def _guest_pairs(
     shareable_jobs.sort()
     complete = len(shareable_jobs) <= MAX_GUEST_JOBS or not hosts
     pair_rows: dict[str, list[tuple[int, float, float, float]]] = {}
+    # the CPU and host memory free on each node as the running jobs leave it: a guest needs
+    # its own on its host's nodes (decoding charges them against the plan's other starts too)
+    recs = {rec.id: rec for rec in node_records(state)} if hosts else {}
     for negv, jid, key in shareable_jobs[:MAX_GUEST_JOBS] if hosts else []:
         gjob = state.job(jid)
         v = -negv
@@ -571,6 +588,8 @@ def _guest_pairs(
                 continue  # promoted when the host ends, it would hold GPUs it may not borrow
             mem_cap = snap.gpu_types[types[r.type]].memory_gib
             if memory[jid] + predictions.jobs[r.job].memory_gib > mem_cap:
+                continue
+            if (gjob.cpu_milli or gjob.memory_mib) and not _node_holds_guest(state, recs, r.job, gjob):
                 continue
             scanned += 1
             pair = predictor.predict_pair(state, state.job(r.job), gjob)

@@ -75,7 +75,11 @@ def to_decision(
     if failed:
         raise Unplaced(failed)
     resizes = _resizes(state, problem, assignment, placer, kept_alloc)
-    starts += _place_guests(state, problem, assignment, stopped)
+    guests = _place_guests(state, problem, assignment, stopped)
+    no_room = _charge_guests(problem, assignment, guests, placer)
+    if no_room:
+        raise Unplaced([], no_room)
+    starts += guests
     started = {s.job for s in starts}
 
     use = _final_use(state, starts, stopped, resizes)
@@ -157,9 +161,11 @@ class Unplaced(Exception):
     CPUs, memory, topology, shares or pieces that are not powers of two): (class, type, on_loan)
     of each, one per member. The epoch takes them out of the plan and decodes again."""
 
-    def __init__(self, failed: list[tuple[int, int, bool]]) -> None:
-        super().__init__(f"{len(failed)} start(s) the free nodes do not hold")
+    def __init__(self, failed: list[tuple[int, int, bool]], guests: list[int] | None = None) -> None:
+        super().__init__(f"{len(failed) + len(guests or [])} start(s) the free nodes do not hold")
         self.failed = failed
+        self.guests = guests or []
+        """Pending classes of MPS guests whose host's node lacks their CPU or host memory."""
 
 
 def _place_starts(
@@ -239,6 +245,22 @@ def _resizes(
             )
         )
     return resizes
+
+
+def _charge_guests(
+    p: EpochProblem, assignment: Assignment, guests: list[Start], placer: NodePool
+) -> list[int]:
+    """Charge each MPS guest's CPU and host memory on its host's nodes, after the exclusive
+    starts and resizes took theirs (a guest shares its host's GPUs, not the node's CPU and
+    memory); the pending classes of the guests whose node cannot hold them, by job id."""
+    class_of = {p.pending[c].job: c for c in assignment.guests}
+    no_room: list[int] = []
+    for s in guests:
+        c = class_of[s.job]
+        shape = p.pending[c].shape_on(p.running[assignment.guests[c]].type)
+        if (shape.cpu_milli or shape.memory_mib) and not placer.charge_guest(s.allocation, shape):
+            no_room.append(c)
+    return no_room
 
 
 def _place_guests(

@@ -762,8 +762,8 @@ def _checked_decision(
             d = to_decision(ep.state, problem, a, ep.predictions, ep.signal, info, status)
             break
         except Unplaced as u:
-            unplaced += len(u.failed)
-            added += unplace(problem, a, u.failed)
+            unplaced += len(u.failed) + len(u.guests)
+            added += unplace(problem, a, u.failed, u.guests)
     else:
         raise _Rejected(f"{unplaced} start(s) the free nodes could not hold after {MAX_DECODE_ROUNDS} rounds")
     t = time.monotonic()

@@ -321,6 +321,17 @@ class NodePool:
             return False
         return shape is None or all(self.by_id[nid].hosts(shape) for nid in {r.node for r in refs})
 
+    def charge_guest(self, refs: Sequence[GpuRef], shape: Shape) -> bool:
+        """Charge an MPS guest's CPU and host memory (``shape``'s, per node) on the nodes of its
+        host's GPUs ``refs``, which it shares and does not take; ``False``, with nothing
+        charged, when one of those nodes does not have them free."""
+        nodes = [self.by_id[nid] for nid in dict.fromkeys(r.node for r in refs)]
+        if not all(node.hosts(shape) for node in nodes):
+            return False
+        for node in nodes:
+            self._charge(node, shape, 1)
+        return True
+
     def take(self, refs: Sequence[GpuRef], shape: Shape | None = None) -> None:
         """Mark the GPUs of a placement made elsewhere as used (and, with its ``shape``, the CPU
         and memory on each of its nodes and a share's thousandths): a part's start in the

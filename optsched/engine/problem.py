@@ -347,6 +347,9 @@ class Assignment:
     blocked: dict[tuple[int, int], int] = field(default_factory=dict)
     """(class, type) -> the most members the fill pass may start there: the placement step found
     the free nodes could not hold one more (:func:`~optsched.engine.backends.greedy.place_plan`)."""
+    no_guest_on: set[int] = field(default_factory=set)
+    """Running indices the fill pass may not give an MPS guest: decoding found the host's node
+    without a guest's CPU or host memory (:func:`~optsched.engine.backends.greedy.unplace`)."""
     placements: dict[tuple[int, int], list[list[GpuRef] | None]] = field(default_factory=dict)
     """(class, type) -> the GPUs of each member started there, in start order (the members of a
     class share a shape, so decoding hands them out in value order); a start without one is

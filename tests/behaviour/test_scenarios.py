@@ -143,3 +143,28 @@ def test_running_guest_is_evicted_when_its_host_tenant_falls_below_the_sharing_t
     snap["assurance_state"] = {"a": {"a": 0.2, "met": 0, "total": 5}}
     d = solve(snap, backend)
     assert [(p.job, p.reason) for p in d.preempt] == [("g", "interference")]
+
+
+@pytest.mark.parametrize(("guest_cpu", "shares"), [(4_000, True), (8_000, False)])
+def test_an_mps_guest_needs_its_cpu_on_its_hosts_node(backend: str, guest_cpu: int, shares: bool) -> None:
+    """A guest shares its host's GPUs, not the node's CPU: with 60 of the node's 64 CPUs held by
+    its host, a guest asking 4 joins it and one asking 8 stays queued (the epoch's model and the
+    event path alike; before, the plan put it there and only the checker caught it)."""
+    from optsched.engine.admit import decide_event
+
+    snap = cluster(tenants={"a": {"A100": 8}})
+    snap["nodes"][0].update(cpu_milli=64_000, memory_mib=512_000)
+    snap["jobs"] = [
+        running("h", "a", [("n0", g) for g in range(8)], start_s=1.0, qos="best_effort", shareable=True,
+                memory_gib=20.0, cpu_milli=60_000, memory_mib=100_000),
+        pending("g", "a", 1, submit_s=9_000.0, qos="best_effort", shareable=True, memory_gib=20.0,
+                cpu_milli=guest_cpu, memory_mib=10_000),
+    ]
+    d = solve(snap, backend, PairPredictor(0.9))
+    assert ("g" in {s.job for s in d.start}) is shares
+    if backend != "greedy":  # the solver's answer itself, not a fallback after the checker
+        assert d.status in ("optimal", "feasible"), d.solver.fallback_reason
+    state = load_state(snap)
+    e = decide_event(state, predictor=PairPredictor(0.9))
+    assert [(s.job, s.colocated_with) for s in e.start] == ([("g", ["h"])] if shares else [])
+    assert_decision_valid(state, e)

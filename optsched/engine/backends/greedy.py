@@ -398,7 +398,7 @@ def _run(
         # members of a class are alike: if this one cannot start, neither can the rest
         for g in sorted(guests_of.get(c, []), key=lambda g: (-p.guests[g].value, g)):
             host = p.guests[g].running
-            if slots[host] < cls.gpus or host in a.preempt:
+            if slots[host] < cls.gpus or host in a.preempt or host in a.no_guest_on:
                 continue
             slots[host] = 0  # one guest per host
             a.guests[c] = host
@@ -800,10 +800,16 @@ def fill(p: EpochProblem, a: Assignment) -> int:
     return sum(a.started(c) for c in a.starts) + len(a.guests) - before
 
 
-def unplace(p: EpochProblem, a: Assignment, failed: list[tuple[int, int, bool]]) -> int:
-    """Take the starts decoding could not place out of ``a`` ((class, type, on_loan) each), cap
-    their class there at what is left (:attr:`Assignment.blocked`), undo the preemptions no start
-    uses any more and fill again; returns how many jobs the fill started."""
+def unplace(
+    p: EpochProblem, a: Assignment, failed: list[tuple[int, int, bool]], guests: Sequence[int] = ()
+) -> int:
+    """Take the starts decoding could not place out of ``a`` ((class, type, on_loan) each, and
+    the MPS guests of ``guests``, pending classes whose host's node lacks their CPU or memory),
+    cap their class there at what is left (:attr:`Assignment.blocked`; such a guest's host
+    takes no guest again, :attr:`Assignment.no_guest_on`), undo the preemptions no start uses
+    any more and fill again; returns how many jobs the fill started."""
+    for c in guests:
+        a.no_guest_on.add(a.guests.pop(c))
     for c, t, loan in failed:
         a.add(c, t, loan, -1)
         a.blocked[(c, t)] = a.on_type(c, t)
