@@ -706,7 +706,9 @@ def _checked_decision(
     unplaced = 0
     kept = 0
     refilled = False
-    for _ in range(MAX_DECODE_ROUNDS):
+    rounds = 0
+    while rounds < MAX_DECODE_ROUNDS:
+        rounds += 1
         failed = place_plan(problem, a)
         if failed:
             unplaced += len(failed)
@@ -762,6 +764,10 @@ def _checked_decision(
             d = to_decision(ep.state, problem, a, ep.predictions, ep.signal, info, status)
             break
         except Unplaced as u:
+            if not u.failed:
+                # only MPS guests the nodes could not hold: each such round bars their hosts from
+                # guests for good (``Assignment.no_guest_on``), so these rounds end by themselves
+                rounds -= 1
             unplaced += len(u.failed) + len(u.guests)
             added += unplace(problem, a, u.failed, u.guests)
     else:
