@@ -34,15 +34,14 @@ Its three uses (see ``docs/assurance.md``):
 (b) **reclaim**: when :math:`a_i < \theta_{\text{reclaim}}` (0.8) and the tenant has guaranteed
     work waiting that fits in its quota, those jobs carry a reclaim bonus larger than any
     preemption cost, so capacity the tenant lent is taken back this epoch;
-(c) **sharing**: MPS guests of other tenants may slow the tenant's jobs by at most
+(c) **sharing**: MPS guests may slow the tenant's jobs by at most
     :math:`s_{\max}\, a_i^2` (:math:`s_{\max} = 0.35`), and not at all once
-    :math:`a_i < \theta_{\text{share}}` (0.5); the tenant's own guests by :math:`s_{\max}`
-    (:func:`pair_limit`).
+    :math:`a_i < \theta_{\text{share}}` (0.5).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,19 +86,6 @@ def max_host_slowdown(a: float) -> float:
     if a < THETA_SHARE:
         return 0.0
     return MAX_SLOWDOWN * a * a
-
-
-def pair_limit(limits: Mapping[str, float], host_tenant: str, guest_tenant: str) -> float:
-    """The most slowdown an MPS guest of ``guest_tenant`` may inflict on a host of
-    ``host_tenant``: the host tenant's limit (use (c), ``limits`` from :func:`share_limits`)
-    for another tenant's guest, and :data:`MAX_SLOWDOWN` for a guest of the host's own tenant,
-    whatever its assurance. The limit protects a tenant from other tenants' guests; a tenant
-    whose assurance is low has its own guaranteed work waiting, and starting that work as a
-    guest of its own running job is the tenant's own trade (in a hard partition every pair is
-    of one tenant, so a falling signal had stopped the very starts it asks for)."""
-    if host_tenant == guest_tenant:
-        return MAX_SLOWDOWN
-    return limits[host_tenant]
 
 
 def share_limits(signal: dict[str, TenantAssurance]) -> dict[str, float]:

@@ -564,7 +564,7 @@ def _guest_pairs(
         (
             (ri, r)
             for ri, r in enumerate(running)
-            if r.free_slots > 0
+            if r.free_slots > 0 and share_limit[ten_ids[r.tenant]] > 0
         ),
         key=lambda x: (predictions.jobs[x[1].job].memory_gib, x[1].job),
     )
@@ -591,12 +591,9 @@ def _guest_pairs(
                 continue
             if (gjob.cpu_milli or gjob.memory_mib) and not _node_holds_guest(state, recs, r.job, gjob):
                 continue
-            limit = asr.pair_limit(share_limit, ten_ids[r.tenant], gjob.tenant)
-            if limit <= 0.0:
-                continue
             scanned += 1
             pair = predictor.predict_pair(state, state.job(r.job), gjob)
-            if 1.0 - pair.host_speed > limit or pair.guest_speed < w.min_guest_speed:
+            if 1.0 - pair.host_speed > share_limit[ten_ids[r.tenant]] or pair.guest_speed < w.min_guest_speed:
                 continue
             penalty = tweights[r.tenant] * r.gpus * (1.0 - pair.host_speed) * w.guest_interference
             gv = v * pair.guest_speed - penalty

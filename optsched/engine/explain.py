@@ -25,7 +25,7 @@ from typing import Any
 
 from optsched.engine import assurance as asr
 from optsched.engine.quota_tree import group_flows
-from optsched.engine.rules import cap_starved, evicted_guest, starved_types
+from optsched.engine.rules import cap_starved, starved_types
 from optsched.engine.shape import never_fits, shape_of
 from optsched.engine.state import MEMORY_EPS, ClusterState, GpuKey
 from optsched.schema.decision import (
@@ -443,8 +443,11 @@ def explain_decision(
         keys[s.job] = (0 if x.qos == "guaranteed" else 1, x.submit_s, s.job)
         if not s.colocated_with:
             use[(x.tenant, node_type(s.allocation[0].node))] += len(s.allocation)
-    limits = asr.share_limits(signal)
-    evicted = {g for g in state.host_of if evicted_guest(state, state.job(g), limits)}
+    evicted = {
+        g
+        for g, h in state.host_of.items()
+        if asr.max_host_slowdown(signal[state.job(h).tenant].value) <= 0.0
+    }
     if rank is None:
 
         def rank(j: str) -> tuple[Any, ...]:
@@ -808,7 +811,7 @@ def _explain_preempted(
             a = signal[hten].value
             text = (
                 f"{on}; {hten}'s assurance is {a:.3f}, below {asr.THETA_SHARE}: its jobs accept no "
-                "slowdown from other tenants' guests this epoch"
+                "slowdown from guests this epoch"
             )
             if host in stopped:
                 text += f"; its host is preempted too ({stopped[host].reason.value})"

@@ -44,14 +44,10 @@ def min_runtime_s(tenant: Tenant, job: Job) -> float:
 
 
 def evicted_guest(state: ClusterState, job: Job, share_limit: Mapping[str, float]) -> bool:
-    """Whether a running job is an MPS guest of another tenant's host whose tenant may no
-    longer share (its assurance-driven slowdown limit, ``share_limit`` per tenant, is 0): the
-    epoch stops it. A guest of its host's own tenant stays (``assurance.pair_limit``)."""
+    """Whether a running job is an MPS guest whose host's tenant may no longer share (its
+    assurance-driven slowdown limit, ``share_limit`` per tenant, is 0): the epoch stops it."""
     host_id = state.host_of.get(job.id)
-    if host_id is None:
-        return False
-    host_tenant = state.job(host_id).tenant
-    return host_tenant != job.tenant and share_limit[host_tenant] <= 0.0
+    return host_id is not None and share_limit[state.job(host_id).tenant] <= 0.0
 
 
 def protected(snap: Snapshot, tenant: Tenant, job: Job) -> bool:
