@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from optsched.engine import assurance as asr
 from optsched.engine import elastic
 from optsched.engine.chunks import chunks_of, levels_for
-from optsched.engine.ledger import NodeRecord, node_records
+from optsched.engine.ledger import NodeRecord, has_room, node_records
 from optsched.engine.node_loss import (
     borrow_limits_after_node_loss,
     lend_limits_after_node_loss,
@@ -537,18 +537,11 @@ def _elastic_growth(sc: _Scope, run: _Running, density: dict[str, float]) -> Non
             run.items[ri] = dataclasses.replace(item, grow_value=per_gpu * item.step)
 
 
-def _node_holds_guest(state: ClusterState, recs: dict[str, NodeRecord], host: str, guest: Job) -> bool:
-    """Whether every node of ``host``'s GPUs has ``guest``'s CPU and host memory free (a node
-    that does not track them holds any)."""
-    for nid in {ref.node for ref in state.job(host).allocation or ()}:
-        rec = recs.get(nid)
-        if rec is None:
-            return False
-        if rec.cpu is not None and rec.cpu < (guest.cpu_milli or 0):
-            return False
-        if rec.mem is not None and rec.mem < (guest.memory_mib or 0):
-            return False
-    return True
+def _node_holds_guest(recs: dict[str, NodeRecord], host: Job, shape: Shape) -> bool:
+    """Whether every node of ``host``'s GPUs has the CPU and host memory of a guest of ``shape``
+    free (:func:`~optsched.engine.ledger.has_room`)."""
+    nodes = {ref.node for ref in host.allocation or ()}
+    return all(nid in recs and has_room(recs[nid].cpu, recs[nid].mem, shape) for nid in nodes)
 
 
 def _guest_pairs(
@@ -589,7 +582,9 @@ def _guest_pairs(
             mem_cap = snap.gpu_types[types[r.type]].memory_gib
             if memory[jid] + predictions.jobs[r.job].memory_gib > mem_cap:
                 continue
-            if (gjob.cpu_milli or gjob.memory_mib) and not _node_holds_guest(state, recs, r.job, gjob):
+            if (gjob.cpu_milli or gjob.memory_mib) and not _node_holds_guest(
+                recs, state.job(r.job), shape_of(state, gjob, types[r.type])
+            ):
                 continue
             scanned += 1
             pair = predictor.predict_pair(state, state.job(r.job), gjob)

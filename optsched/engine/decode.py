@@ -75,8 +75,7 @@ def to_decision(
     if failed:
         raise Unplaced(failed)
     resizes = _resizes(state, problem, assignment, placer, kept_alloc)
-    guests = _place_guests(state, problem, assignment, stopped)
-    no_room = _charge_guests(problem, assignment, guests, placer)
+    guests, no_room = _place_guests(state, problem, assignment, stopped, placer)
     if no_room:
         raise Unplaced([], no_room)
     starts += guests
@@ -247,32 +246,20 @@ def _resizes(
     return resizes
 
 
-def _charge_guests(
-    p: EpochProblem, assignment: Assignment, guests: list[Start], placer: NodePool
-) -> list[int]:
-    """Charge each MPS guest's CPU and host memory on its host's nodes, after the exclusive
-    starts and resizes took theirs (a guest shares its host's GPUs, not the node's CPU and
-    memory); the pending classes of the guests whose node cannot hold them, by job id."""
-    class_of = {p.pending[c].job: c for c in assignment.guests}
-    no_room: list[int] = []
-    for s in guests:
-        c = class_of[s.job]
-        shape = p.pending[c].shape_on(p.running[assignment.guests[c]].type)
-        if (shape.cpu_milli or shape.memory_mib) and not placer.charge_guest(s.allocation, shape):
-            no_room.append(c)
-    return no_room
-
-
 def _place_guests(
-    state: ClusterState, p: EpochProblem, assignment: Assignment, stopped: set[str]
-) -> list[Start]:
+    state: ClusterState, p: EpochProblem, assignment: Assignment, stopped: set[str], placer: NodePool
+) -> tuple[list[Start], list[int]]:
     """The MPS guest starts, by job id: each on the first GPUs of its host's allocation that
-    hold no guest (a running guest the decision stops frees its GPUs), as many as its gang.
-    Raises ``AssertionError`` for a guest placed on a host the decision stops."""
+    hold no guest (a running guest the decision stops frees its GPUs), as many as its gang,
+    its CPU and host memory charged on its host's nodes (``placer``, after the exclusive starts
+    and resizes took theirs: a guest shares its host's GPUs, not the node's CPU and memory);
+    and the pending classes of the guests whose node cannot hold them. Raises
+    ``AssertionError`` for a guest placed on a host the decision stops."""
     taken: set[GpuKey] = set(
         k for k, ids in state.gpu_holders.items() if len(ids) > 1 and ids[1] not in stopped
     )
     guests: list[Start] = []
+    no_room: list[int] = []
     for j in sorted(assignment.guests, key=lambda j: p.pending[j].job):
         host = p.running[assignment.guests[j]]
         if host.job in stopped:
@@ -281,15 +268,13 @@ def _place_guests(
         assert hjob.allocation is not None
         shared = [r for r in hjob.allocation if r.key() not in taken][: p.pending[j].gpus]
         taken.update(r.key() for r in shared)
-        guests.append(
-            Start(
-                job=p.pending[j].job,
-                allocation=[GpuRef(node=r.node, gpu=r.gpu) for r in shared],
-                on_loan=False,
-                colocated_with=[host.job],
-            )
-        )
-    return guests
+        alloc = [GpuRef(node=r.node, gpu=r.gpu) for r in shared]
+        shape = p.pending[j].shape_on(host.type)
+        if (shape.cpu_milli or shape.memory_mib) and not placer.charge_guest(alloc, shape):
+            no_room.append(j)
+            continue
+        guests.append(Start(job=p.pending[j].job, allocation=alloc, on_loan=False, colocated_with=[host.job]))
+    return guests, no_room
 
 
 def _final_use(

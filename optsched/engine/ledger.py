@@ -165,6 +165,12 @@ def _node_records(
     return tuple(out)
 
 
+def has_room(cpu: int | None, mem: int | None, shape: Shape) -> bool:
+    """Whether a node with ``cpu`` milli-CPUs and ``mem`` MiB of host memory free (None: not
+    tracked) holds one more piece of ``shape``."""
+    return (cpu is None or cpu >= shape.cpu_milli) and (mem is None or mem >= shape.memory_mib)
+
+
 class _Node:
     __slots__ = ("cpu", "domains", "free", "gpus", "id", "index", "mem", "shares", "type")
 
@@ -185,9 +191,7 @@ class _Node:
 
     def hosts(self, shape: Shape) -> bool:
         """Whether the node has the shape's CPU and host memory free for one more piece."""
-        return (self.cpu is None or self.cpu >= shape.cpu_milli) and (
-            self.mem is None or self.mem >= shape.memory_mib
-        )
+        return has_room(self.cpu, self.mem, shape)
 
 
 class NodePool:

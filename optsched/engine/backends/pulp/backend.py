@@ -207,12 +207,11 @@ class PulpBackend:
             # 2.10.3, about one solve in 75 on a busy 2-core machine: "Thread 0 used 0 times,
             # waiting to start 10.000116"), which held a 2 s call for 10 s
             del kwargs["threads"]
+            kwargs["options"] = [f"randomCbcSeed {params.seed + 1}"]
         if start is not None:
             kwargs["warmStart"] = True
         if node_limit is not None:
             kwargs["maxNodes"] = node_limit
-        if solver_name in CBC_SOLVERS:
-            kwargs["options"] = [f"randomCbcSeed {params.seed + 1}"]
         job: dict[str, Any] = {
             **lin.arrays(),
             "start": start,
