@@ -46,8 +46,9 @@ def list_policy(policy: ListPolicy) -> Policy:
     def run(state: ClusterState, time_limit_s: float, seed: int) -> WorkflowPlan:
         del time_limit_s, seed  # deterministic and fast
         prob = build_workflow_problem(state, fusion=policy.fusion)
-        if not prob.acts:
+        if not prob.acts and not policy.keep_warm:
             return WorkflowPlan(status="feasible")
+        # with nothing pending the keep-warm rule still decides which resident models go
         return list_schedule(prob, policy).to_plan(prob, "feasible", [policy.name])
 
     return run

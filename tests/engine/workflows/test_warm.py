@@ -139,3 +139,16 @@ def test_with_nothing_pending_the_planner_still_lets_cold_models_go() -> None:
     assert check_workflow_plan(state, plan) == []
     off = plan_workflows(state, time_limit_s=1.0, config=PlannerConfig(keep_warm=False))
     assert off.units == [] and off.model_actions == []
+
+
+def test_the_simulators_greedy_lets_cold_models_go_with_nothing_pending() -> None:
+    """The simulator's ``greedy`` policy applies the rule as the planner does when no activation
+    is pending (the tail of a burst); a baseline without the rule still returns an empty plan."""
+    from optsched.sim.workflows.baselines import get_policy
+
+    recent = [_session(f"r{i}", NOW - 1.0 - 0.5 * i, SMALL) for i in range(31)]
+    state = _state(recent, [[SMALL], [MID]])
+    plan = get_policy("greedy")(state, 1.0, 0)
+    assert plan.units == [] and _evictions(plan) == [(1, MID, NOW)]
+    assert check_workflow_plan(state, plan) == []
+    assert get_policy("autellix")(state, 1.0, 0).model_actions == []
