@@ -201,7 +201,9 @@ class NodePool:
 
     Whole-GPU pieces go to the node whose free chunks the piece breaks least (:func:`_frag_table`,
     the buddy rule: a 2-GPU piece takes a node with 6 free, leaving 4, before one with 5,
-    leaving 3), then the fewest free GPUs (best fit), then snapshot order; each piece of a job on
+    leaving 3), then the fewest free GPUs (best fit), then, for a job asking CPUs or host memory,
+    the least memory and then CPUs left (the roomier nodes stay for needier jobs), then snapshot
+    order; each piece of a job on
     another node, largest first, and on a node with the job's CPU and memory free. A required
     topology request keeps every piece inside one domain: the domain with the fewest free GPUs
     that holds them. A spread job takes one node when one holds it, else the nodes with most free
@@ -433,10 +435,12 @@ class NodePool:
             counts = sorted((c for c, ids in buckets.items() if c >= p and ids), reverse=most_free)
         else:
             counts = self._counts(t, p)
+        tight = shape.memory_mib > 0 or shape.cpu_milli > 0
         for c in counts:
             ids = buckets.get(c)
             if not ids:
                 continue
+            fit: _Node | None = None
             for i in ids:
                 if i in skip or (among is not None and i not in among):
                     continue
@@ -445,7 +449,16 @@ class NodePool:
                 if inside is not None and node.domains[inside[0]] != inside[1]:
                     continue
                 if node.hosts(shape):
-                    return node
+                    if not tight:
+                        return node
+                    # among nodes alike in GPUs, the one with the least memory, then CPUs,
+                    # left: the roomier nodes stay for the needier jobs
+                    if fit is None or (node.mem or 0, node.cpu or 0, node.index) < (
+                        fit.mem or 0, fit.cpu or 0, fit.index
+                    ):
+                        fit = node
+            if fit is not None:
+                return fit
         return None
 
     def _counts(self, t: str, p: int) -> list[int]:

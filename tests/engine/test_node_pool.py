@@ -224,3 +224,21 @@ def test_spread_takes_one_node_when_one_holds_it() -> None:
                 assert got is not None and len(got) == g
                 if g <= biggest:
                     assert len({r.node for r in got}) == 1
+
+
+def test_a_piece_takes_the_node_with_the_least_memory_left_that_holds_it() -> None:
+    """Among nodes alike in free GPUs, a piece asking host memory takes the one with the least
+    memory (then CPUs) left that holds it, so the roomier node stays for a needier job: the
+    60 GiB job takes n1 (100 GiB free), not n0 (400 GiB, first in order), and the 300 GiB job
+    still fits on n0. A job asking no memory or CPUs keeps node order."""
+    s = cluster(nodes={"n0": ("A100", 8), "n1": ("A100", 8)}, tenants={"a": {"A100": 16}})
+    s["nodes"][0]["memory_mib"] = 400 * 1024
+    s["nodes"][1]["memory_mib"] = 100 * 1024
+    s["jobs"] = [running(f"r{k}", "a", [(f"n{k}", g) for g in range(6)], start_s=1.0) for k in range(2)]
+    pool = NodePool.of(load_state(s))
+    got = pool.place("A100", Shape(1, (1,), memory_mib=60 * 1024))
+    assert got is not None and {r.node for r in got} == {"n1"}
+    got = pool.place("A100", Shape(1, (1,), memory_mib=300 * 1024))
+    assert got is not None and {r.node for r in got} == {"n0"}
+    got = pool.place("A100", Shape(1, (1,)))
+    assert got is not None and {r.node for r in got} == {"n0"}

@@ -452,14 +452,15 @@ def place_plan(p: EpochProblem, a: Assignment) -> list[tuple[int, int, bool]]:
     """Place every start of ``a`` that has no GPUs yet on the nodes the plan leaves free (its
     stops and shrinks done, the placed starts on theirs), required topology first, then the
     largest piece and the largest job (largest first is what makes the exact chunk rows hold,
-    :mod:`optsched.engine.chunks`), into ``a.placements``; the (class, type, on_loan) of each
+    :mod:`optsched.engine.chunks`), then the most host memory and CPUs per node, into
+    ``a.placements``; the (class, type, on_loan) of each
     start the free nodes do not hold (left without GPUs)."""
     if not p.node_records:
         return []
     ledger = _Tally(p, a)
     pool = ledger.nodes
     assert pool is not None
-    todo: list[tuple[int, int, int, int, str, int, int, bool]] = []
+    todo: list[tuple[int, int, int, int, int, int, str, int, int, bool]] = []
     for (c, t), stack in ledger.placed.items():
         cls = p.pending[c]
         sh = cls.shape_on(t)
@@ -469,7 +470,7 @@ def place_plan(p: EpochProblem, a: Assignment) -> list[tuple[int, int, bool]]:
         first = 0 if sh.level >= 0 and sh.required and sh.nodes > 1 else 1
         # the starts allowed on GPUs held for a reservation come last, with those GPUs
         late = int((c, t) in p.hold_ok)
-        key = (late, first, -sh.largest, -cls.gpus, cls.label, c, t, loan)
+        key = (late, first, -sh.largest, -cls.gpus, -sh.memory_mib, -sh.cpu_milli, cls.label, c, t, loan)
         todo += [key for refs in stack if refs is None]
     failed: list[tuple[int, int, bool]] = []
     slots: dict[tuple[int, int], list[int]] = defaultdict(list)
@@ -482,7 +483,7 @@ def place_plan(p: EpochProblem, a: Assignment) -> list[tuple[int, int, bool]]:
     freed = {pool.by_id[r.node].index for x in a.preempt for r in p.running[x].alloc
              if r.node in pool.by_id}
     held_nodes = {pool.by_id[r.node].index for r in ledger.held}
-    for late, _, _, _, _, c, t, loan in sorted(todo):
+    for late, *_, c, t, loan in sorted(todo):
         if late and ledger.held:
             pool.release(ledger.held)
             ledger.held = []
