@@ -113,9 +113,11 @@ def _prev_a(prev: Mapping[str, Mapping[str, Any]], ten: str) -> float:
 def sharing_tenants(
     tenant_ids: Sequence[str], prev: Mapping[str, Mapping[str, Any]] | None
 ) -> frozenset[str]:
-    """The tenants whose running jobs may host an MPS guest in the event path (:func:`_guests`):
-    those whose previous assurance (``prev``, the snapshot's ``assurance_state``) still allows
-    a host some slowdown (:func:`optsched.engine.assurance.max_host_slowdown`)."""
+    """The tenants whose running jobs may host an MPS guest of *another* tenant in the event
+    path (:func:`_guests`): those whose previous assurance (``prev``, the snapshot's
+    ``assurance_state``) still allows a host some slowdown
+    (:func:`optsched.engine.assurance.max_host_slowdown`). Any tenant's running jobs may host
+    its own guests on a type where it may not borrow (:func:`optsched.engine.assurance.pair_limit`)."""
     prev = prev or {}
     return frozenset(t for t in tenant_ids if asr.max_host_slowdown(_prev_a(prev, t)) > 0.0)
 
@@ -597,8 +599,8 @@ def _guests(
 ) -> list[Start]:
     """MPS guests for jobs that could not start alone, on *safe* pairs only: the host runs
     alone on an MPS type, both jobs are shareable with known memory that fits together, the
-    predicted host slowdown is within the host tenant's assurance-driven limit
-    (:func:`optsched.engine.assurance.max_host_slowdown`) and the guest's predicted speed is
+    predicted host slowdown is within the pair's limit (:func:`optsched.engine.assurance.pair_limit`:
+    the host tenant's assurance-driven limit for another tenant's guest) and the guest's predicted speed is
     at least ``weights.min_guest_speed``; among a job's safe hosts, the fastest pair (sum of
     both speeds, then host id) wins. The first ``MAX_GUEST_JOBS`` shareable waiting jobs of
     the event order are tried (the epoch's model considers every job). A guest of a tenant
@@ -606,6 +608,7 @@ def _guests(
     node must have the guest's CPU and host memory free after the event's starts (``placer``,
     which is charged with them); else the job stays queued."""
     snap = state.snapshot
+    limits = asr.share_limits(signal)
     just_started = {s.job for s in starts}
     hosts: list[Job] = []
     for job in state.running():
@@ -614,8 +617,6 @@ def _guests(
         if not job.is_shareable or job.memory_gib is None:
             continue
         if not snap.gpu_types[state.job_type(job)].mps:
-            continue
-        if asr.max_host_slowdown(signal[job.tenant].value) <= 0.0:
             continue
         hosts.append(job)
     hosts.sort(key=lambda h: (h.memory_gib or 0.0, h.id))
@@ -641,9 +642,12 @@ def _guests(
                 continue
             if h.tenant != job.tenant and state.borrow_limit(job.tenant, t) == 0:
                 continue
+            limit = asr.pair_limit(limits, h.tenant, job.tenant, state.borrow_limit(job.tenant, t) == 0)
+            if limit <= 0.0:
+                continue
             scanned += 1
             pair = predictor.predict_pair(state, h, job)
-            if 1.0 - pair.host_speed > asr.max_host_slowdown(signal[h.tenant].value):
+            if 1.0 - pair.host_speed > limit:
                 continue
             if pair.guest_speed < weights.min_guest_speed:
                 continue

@@ -34,14 +34,15 @@ Its three uses (see ``docs/assurance.md``):
 (b) **reclaim**: when :math:`a_i < \theta_{\text{reclaim}}` (0.8) and the tenant has guaranteed
     work waiting that fits in its quota, those jobs carry a reclaim bonus larger than any
     preemption cost, so capacity the tenant lent is taken back this epoch;
-(c) **sharing**: MPS guests may slow the tenant's jobs by at most
+(c) **sharing**: MPS guests of other tenants may slow the tenant's jobs by at most
     :math:`s_{\max}\, a_i^2` (:math:`s_{\max} = 0.35`), and not at all once
-    :math:`a_i < \theta_{\text{share}}` (0.5).
+    :math:`a_i < \theta_{\text{share}}` (0.5); on a type where the tenant may not borrow, its
+    own guests by :math:`s_{\max}` (:func:`pair_limit`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,6 +87,22 @@ def max_host_slowdown(a: float) -> float:
     if a < THETA_SHARE:
         return 0.0
     return MAX_SLOWDOWN * a * a
+
+
+def pair_limit(limits: Mapping[str, float], host_tenant: str, guest_tenant: str, sealed: bool) -> float:
+    """The most slowdown an MPS guest of ``guest_tenant`` may inflict on a host of
+    ``host_tenant``: the host tenant's limit (use (c), ``limits`` from :func:`share_limits`),
+    except for a guest of the host's own tenant on a type where that tenant may not borrow
+    (``sealed``: its ``borrow_limit`` there is 0, a hard partition), which gets
+    :data:`MAX_SLOWDOWN` whatever the assurance. The limit protects a tenant from other
+    tenants' guests; a sealed tenant whose assurance falls has its own guaranteed work waiting
+    and no loan or reclaim to start it with, so a guest of its own running job is its only way
+    to start more, and the limit had stopped the very starts the falling signal asks for. A
+    tenant that may borrow starts its waiting work on loans and reclaims instead (uses (a) and
+    (b)), and its pairs keep the limit."""
+    if sealed and host_tenant == guest_tenant:
+        return MAX_SLOWDOWN
+    return limits[host_tenant]
 
 
 def share_limits(signal: dict[str, TenantAssurance]) -> dict[str, float]:
@@ -207,6 +224,19 @@ def figures(
     )
 
 
+def evicted_guest(state: ClusterState, job: Job, share_limit: Mapping[str, float]) -> bool:
+    """Whether a running job is an MPS guest whose pair may no longer share (its host tenant's
+    assurance-driven slowdown limit, ``share_limit`` per tenant, is 0): the epoch stops it. A
+    guest of its host's own tenant, on a type where that tenant may not borrow, stays
+    (``assurance.pair_limit``)."""
+    host_id = state.host_of.get(job.id)
+    if host_id is None:
+        return False
+    host_tenant = state.job(host_id).tenant
+    sealed = state.borrow_limit(job.tenant, state.job_type(job)) == 0
+    return pair_limit(share_limit, host_tenant, job.tenant, sealed) <= 0.0
+
+
 def quiet_figures(state: ClusterState) -> tuple[dict[str, float], dict[str, dict[str, Any]]] | None:
     """:func:`figures` of an epoch decision that starts nothing, with the signal computed from
     the snapshot (:func:`compute`), so a host that knows nothing can start (``optsched.sim``'s
@@ -214,8 +244,6 @@ def quiet_figures(state: ClusterState) -> tuple[dict[str, float], dict[str, dict
     stop work without starting anything: a job on an unavailable node, an MPS guest whose
     host's tenant may no longer share at this signal, or a job on loan (its lender may take
     the GPUs back)."""
-    from optsched.engine.rules import evicted_guest
-
     signal = compute(state)
     limits = share_limits(signal)
     for job in state.running():

@@ -53,7 +53,6 @@ from optsched.engine.quota_tree import EMPTY, LoanMatcher, QuotaTree
 from optsched.engine.rules import (
     cap_starved,
     class_weight,
-    evicted_guest,
     protected,
     starved_types,
     victim_slack,
@@ -260,7 +259,7 @@ def _running_items(sc: _Scope) -> _Running:
         if job.id in state.on_lost_nodes:
             forced.append(job.id)
             continue
-        if evicted_guest(state, job, share_limit):
+        if asr.evicted_guest(state, job, share_limit):
             evicted.append(job.id)
             continue
         host_id = state.host_of.get(job.id)
@@ -557,7 +556,7 @@ def _guest_pairs(
         (
             (ri, r)
             for ri, r in enumerate(running)
-            if r.free_slots > 0 and share_limit[ten_ids[r.tenant]] > 0
+            if r.free_slots > 0
         ),
         key=lambda x: (predictions.jobs[x[1].job].memory_gib, x[1].job),
     )
@@ -586,9 +585,13 @@ def _guest_pairs(
                 recs, state.job(r.job), shape_of(state, gjob, types[r.type])
             ):
                 continue
+            sealed = state.borrow_limit(gjob.tenant, types[r.type]) == 0
+            limit = asr.pair_limit(share_limit, ten_ids[r.tenant], gjob.tenant, sealed)
+            if limit <= 0.0:
+                continue
             scanned += 1
             pair = predictor.predict_pair(state, state.job(r.job), gjob)
-            if 1.0 - pair.host_speed > share_limit[ten_ids[r.tenant]] or pair.guest_speed < w.min_guest_speed:
+            if 1.0 - pair.host_speed > limit or pair.guest_speed < w.min_guest_speed:
                 continue
             penalty = tweights[r.tenant] * r.gpus * (1.0 - pair.host_speed) * w.guest_interference
             gv = v * pair.guest_speed - penalty

@@ -443,11 +443,8 @@ def explain_decision(
         keys[s.job] = (0 if x.qos == "guaranteed" else 1, x.submit_s, s.job)
         if not s.colocated_with:
             use[(x.tenant, node_type(s.allocation[0].node))] += len(s.allocation)
-    evicted = {
-        g
-        for g, h in state.host_of.items()
-        if asr.max_host_slowdown(signal[state.job(h).tenant].value) <= 0.0
-    }
+    limits = asr.share_limits(signal)
+    evicted = {g for g in state.host_of if asr.evicted_guest(state, state.job(g), limits)}
     if rank is None:
 
         def rank(j: str) -> tuple[Any, ...]:
@@ -811,7 +808,7 @@ def _explain_preempted(
             a = signal[hten].value
             text = (
                 f"{on}; {hten}'s assurance is {a:.3f}, below {asr.THETA_SHARE}: its jobs accept no "
-                "slowdown from guests this epoch"
+                "slowdown from other tenants' guests this epoch"
             )
             if host in stopped:
                 text += f"; its host is preempted too ({stopped[host].reason.value})"

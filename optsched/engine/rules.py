@@ -17,7 +17,6 @@ __all__ = [
     "CapStarved",
     "cap_starved",
     "class_weight",
-    "evicted_guest",
     "min_runtime_s",
     "protected",
     "starved_types",
@@ -41,13 +40,6 @@ def min_runtime_s(tenant: Tenant, job: Job) -> float:
     if job.min_runtime_s is not None:
         return job.min_runtime_s
     return tenant.preemption.min_runtime_s if tenant.preemption is not None else 0.0
-
-
-def evicted_guest(state: ClusterState, job: Job, share_limit: Mapping[str, float]) -> bool:
-    """Whether a running job is an MPS guest whose host's tenant may no longer share (its
-    assurance-driven slowdown limit, ``share_limit`` per tenant, is 0): the epoch stops it."""
-    host_id = state.host_of.get(job.id)
-    return host_id is not None and share_limit[state.job(host_id).tenant] <= 0.0
 
 
 def protected(snap: Snapshot, tenant: Tenant, job: Job) -> bool:

@@ -783,18 +783,23 @@ class Simulator:
         pending job with a known memory, and a running shareable job that holds its GPUs alone
         (no guest, not a guest) with at least its GPUs, on an MPS type it may use, with memory
         for both (of its own tenant when tenants may not borrow). ``tenants``: only running jobs of
-        these tenants may host."""
+        these tenants may host; when tenants may not borrow, any running job may host its own
+        tenant's (``optsched.engine.assurance.pair_limit``)."""
         hosts: dict[tuple[str, str], list[tuple[int, float]]] = defaultdict(list)
+        own_hosts: dict[tuple[str, str], list[tuple[int, float]]] = defaultdict(list)
         for r in self.running.values():
             rj = r.pending_job
             assert rj is not None
             if r.host is None and r.guest is None and rj.is_shareable and rj.memory_gib is not None:
-                if tenants is not None and r.tenant not in tenants:
-                    continue
                 t = r.gpu_type
-                if self._types[t].mps:
+                if not self._types[t].mps:
+                    continue
+                if tenants is not None and r.tenant not in tenants:
+                    if self._no_borrow:  # a sealed tenant's own pairs keep sharing
+                        own_hosts[(r.tenant, t)].append((r.gpus, rj.memory_gib))
+                else:
                     hosts[(r.tenant if self._no_borrow else "", t)].append((r.gpus, rj.memory_gib))
-        if not hosts:
+        if not hosts and not own_hosts:
             return False
         for sj in self.pending.values():
             job = sj.pending_job
@@ -807,6 +812,8 @@ class Simulator:
             for t in fit[1]:
                 room = self._types[t].memory_gib + 1e-9 - mem
                 if any(g >= sj.gpus and m <= room for g, m in hosts.get((ten, t), ())):
+                    return True
+                if any(g >= sj.gpus and m <= room for g, m in own_hosts.get((sj.tenant, t), ())):
                     return True
         return False
 

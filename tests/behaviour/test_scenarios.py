@@ -121,28 +121,51 @@ class PairPredictor(EstimatePredictor):
 
 
 @pytest.mark.parametrize(("a", "shares"), [(1.0, True), (0.6, False), (0.3, False)])
+@pytest.mark.parametrize(("guest_tenant", "sealed"), [("u", False), ("t", False), ("t", True)])
 def test_sharing_is_more_conservative_for_tenants_at_risk(
-    backend: str, tiny: Callable[[str], dict[str, Any]], a: float, shares: bool
+    backend: str, tiny: Callable[[str], dict[str, Any]], a: float, shares: bool, guest_tenant: str,
+    sealed: bool,
 ) -> None:
-    """Use (c): a 20% host slowdown is fine for an assured tenant, not for one at risk."""
+    """Use (c): a 20% host slowdown by a guest is fine for an assured tenant, not for one at
+    risk; a guest of the host's own tenant on a type where that tenant may not borrow (a hard
+    partition) may take up to ``MAX_SLOWDOWN`` whatever the tenant's assurance
+    (``assurance.pair_limit``)."""
     snap = tiny("mps_pair")
+    snap["tenants"].append({"id": "u", "quota": {}, "qos": {"max_queue_delay_s": 600.0, "target": 0.95}})
+    if sealed:
+        for ten in snap["tenants"]:
+            if ten["id"] == "t":
+                ten["borrow_limit"] = {g: 0 for g in snap["gpu_types"]}
+    for job in snap["jobs"]:
+        if job["id"] == "guest-fits":
+            job["tenant"] = guest_tenant
     snap["assurance_state"] = {"t": {"a": a, "met": 1, "total": 1}}
     d = solve(snap, backend, PairPredictor(0.8))
-    assert ("guest-fits" in {s.job for s in d.start}) is shares
+    own = guest_tenant == "t" and sealed
+    assert ("guest-fits" in {s.job for s in d.start}) is (shares or own)
     assert asr.max_host_slowdown(a) >= 0.2 if shares else asr.max_host_slowdown(a) < 0.2
+    assert asr.pair_limit({"t": asr.max_host_slowdown(a)}, "t", guest_tenant, sealed) == (
+        asr.MAX_SLOWDOWN if own else asr.max_host_slowdown(a)
+    )
 
 
+@pytest.mark.parametrize(("guest_tenant", "sealed"), [("b", False), ("a", False), ("a", True)])
 def test_running_guest_is_evicted_when_its_host_tenant_falls_below_the_sharing_threshold(
-    backend: str,
+    backend: str, guest_tenant: str, sealed: bool
 ) -> None:
-    snap = cluster(tenants={"a": {"A100": 8}})
+    """The guest is stopped, except a guest of the host's own tenant on a type where that tenant
+    may not borrow (a hard partition), which stays."""
+    snap = cluster(tenants={"a": {"A100": 8}, "b": {"A100": 0}})
+    if sealed:
+        snap["tenants"][0]["borrow_limit"] = {"A100": 0}
     snap["jobs"] = [
         running("h", "a", [("n0", 0)], start_s=1.0, qos="best_effort", colocated=True),
-        running("g", "a", [("n0", 0)], start_s=2.0, qos="best_effort", colocated=True, guest_of="h"),
+        running("g", guest_tenant, [("n0", 0)], start_s=2.0, qos="best_effort", colocated=True, guest_of="h"),
     ]
     snap["assurance_state"] = {"a": {"a": 0.2, "met": 0, "total": 5}}
     d = solve(snap, backend)
-    assert [(p.job, p.reason) for p in d.preempt] == [("g", "interference")]
+    stopped = [] if sealed else [("g", "interference")]
+    assert [(p.job, p.reason) for p in d.preempt] == stopped
 
 
 @pytest.mark.parametrize(("guest_cpu", "shares"), [(4_000, True), (8_000, False)])

@@ -231,13 +231,23 @@ def test_unsafe_pairs_are_refused() -> None:
     pred = FixedPairs({("h0", "g"): (0.6, 0.9), ("h1", "g"): (0.95, 0.4)})
     d = decide_event(st, predictor=pred)
     assert d.start == [] and d.queue == ["g"]
-    # memory: 20 + 70 > 80 GiB on h1; a low-assurance tenant shares nothing
+    # memory: 20 + 70 > 80 GiB on h1; a low-assurance tenant shares nothing with another
+    # tenant's job (b's g is not even predicted on a's h0)
     snap = full_with_hosts()
     snap["jobs"][1]["memory_gib"] = 70.0
+    snap["jobs"][2]["tenant"] = "b"
     snap["assurance_state"] = {"a": {"a": 0.4, "met": 0.0, "total": 0.0, "missed": []}}
     pred = FixedPairs({("h0", "g"): (1.0, 1.0), ("h1", "g"): (1.0, 1.0)})
     assert decide_event(state_of(snap), predictor=pred).start == []
     assert pred.asked == []
+    # ... nor its own job while it may borrow, but does once it may not (assurance.pair_limit)
+    snap["jobs"][2]["tenant"] = "a"
+    assert decide_event(state_of(snap), predictor=pred).start == []
+    snap["tenants"][0]["borrow_limit"] = {t: 0 for t in snap["gpu_types"]}
+    st = state_of(snap)
+    d = decide_event(st, predictor=pred)
+    assert [(s.job, s.colocated_with) for s in d.start] == [("g", ["h0"])]
+    assert pred.asked == [("h0", "g")] and check_decision(st, d) == []
 
 
 def _a_full_of_its_best_effort() -> dict[str, Any]:
