@@ -806,9 +806,11 @@ def _explain_preempted(
         if job.id in evicted:
             binding = "assurance"
             a = signal[hten].value
+            # only a tenant that may not borrow on the type keeps its own guests
+            whose = "guests" if job.tenant == hten else "other tenants' guests"
             text = (
                 f"{on}; {hten}'s assurance is {a:.3f}, below {asr.THETA_SHARE}: its jobs accept no "
-                "slowdown from other tenants' guests this epoch"
+                f"slowdown from {whose} this epoch"
             )
             if host in stopped:
                 text += f"; its host is preempted too ({stopped[host].reason.value})"

@@ -166,6 +166,10 @@ def test_running_guest_is_evicted_when_its_host_tenant_falls_below_the_sharing_t
     d = solve(snap, backend)
     stopped = [] if sealed else [("g", "interference")]
     assert [(p.job, p.reason) for p in d.preempt] == stopped
+    if stopped:
+        e = d.explanations["g"]
+        whose = "guests" if guest_tenant == "a" else "other tenants' guests"
+        assert e.binding == "assurance" and f"accept no slowdown from {whose} this epoch" in e.text
 
 
 @pytest.mark.parametrize(("guest_cpu", "shares"), [(4_000, True), (8_000, False)])
