@@ -640,9 +640,10 @@ def _guests(
             t = state.job_type(h)
             if t not in allowed or job.memory_gib + (h.memory_gib or 0.0) > snap.gpu_types[t].memory_gib:
                 continue
-            if h.tenant != job.tenant and state.borrow_limit(job.tenant, t) == 0:
+            sealed = state.borrow_limit(job.tenant, t) == 0
+            if h.tenant != job.tenant and sealed:
                 continue
-            limit = asr.pair_limit(limits, h.tenant, job.tenant, state.borrow_limit(job.tenant, t) == 0)
+            limit = asr.pair_limit(limits, h.tenant, job.tenant, sealed)
             if limit <= 0.0:
                 continue
             scanned += 1

@@ -581,13 +581,13 @@ def _guest_pairs(
             mem_cap = snap.gpu_types[types[r.type]].memory_gib
             if memory[jid] + predictions.jobs[r.job].memory_gib > mem_cap:
                 continue
-            if (gjob.cpu_milli or gjob.memory_mib) and not _node_holds_guest(
-                recs, state.job(r.job), shape_of(state, gjob, types[r.type])
-            ):
-                continue
             sealed = state.borrow_limit(gjob.tenant, types[r.type]) == 0
             limit = asr.pair_limit(share_limit, ten_ids[r.tenant], gjob.tenant, sealed)
             if limit <= 0.0:
+                continue
+            if (gjob.cpu_milli or gjob.memory_mib) and not _node_holds_guest(
+                recs, state.job(r.job), shape_of(state, gjob, types[r.type])
+            ):
                 continue
             scanned += 1
             pair = predictor.predict_pair(state, state.job(r.job), gjob)

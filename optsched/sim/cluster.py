@@ -783,23 +783,19 @@ class Simulator:
         pending job with a known memory, and a running shareable job that holds its GPUs alone
         (no guest, not a guest) with at least its GPUs, on an MPS type it may use, with memory
         for both (of its own tenant when tenants may not borrow). ``tenants``: only running jobs of
-        these tenants may host; when tenants may not borrow, any running job may host its own
-        tenant's (``optsched.engine.assurance.pair_limit``)."""
+        these tenants may host; when tenants may not borrow, every pair is of one tenant, sealed
+        on the type, and any running job may host (``optsched.engine.assurance.pair_limit``)."""
         hosts: dict[tuple[str, str], list[tuple[int, float]]] = defaultdict(list)
-        own_hosts: dict[tuple[str, str], list[tuple[int, float]]] = defaultdict(list)
         for r in self.running.values():
             rj = r.pending_job
             assert rj is not None
             if r.host is None and r.guest is None and rj.is_shareable and rj.memory_gib is not None:
-                t = r.gpu_type
-                if not self._types[t].mps:
+                if tenants is not None and r.tenant not in tenants and not self._no_borrow:
                     continue
-                if tenants is not None and r.tenant not in tenants:
-                    if self._no_borrow:  # a sealed tenant's own pairs keep sharing
-                        own_hosts[(r.tenant, t)].append((r.gpus, rj.memory_gib))
-                else:
+                t = r.gpu_type
+                if self._types[t].mps:
                     hosts[(r.tenant if self._no_borrow else "", t)].append((r.gpus, rj.memory_gib))
-        if not hosts and not own_hosts:
+        if not hosts:
             return False
         for sj in self.pending.values():
             job = sj.pending_job
@@ -812,8 +808,6 @@ class Simulator:
             for t in fit[1]:
                 room = self._types[t].memory_gib + 1e-9 - mem
                 if any(g >= sj.gpus and m <= room for g, m in hosts.get((ten, t), ())):
-                    return True
-                if any(g >= sj.gpus and m <= room for g, m in own_hosts.get((sj.tenant, t), ())):
                     return True
         return False
 
