@@ -43,6 +43,14 @@ def replay_cmd(
     order: Annotated[
         str, typer.Option("--order", help="shuffle (the paper's artifact) or trace (creation time).")
     ] = "shuffle",
+    node_order: Annotated[
+        str,
+        typer.Option(
+            "--node-order",
+            help="Ties go to the first node of: shuffle (a permutation drawn with the seed, as the "
+            "artifact's random node ranks) or list (the node list's order).",
+        ),
+    ] = "shuffle",
     batch: Annotated[int, typer.Option("--batch", help="optsched: arrivals per epoch model.")] = 32,
     work_limit: Annotated[
         float, typer.Option("--work-limit", help="optsched: CP-SAT max_deterministic_time per epoch.")
@@ -76,6 +84,8 @@ def replay_cmd(
         raise SnapshotError("--ratio", f"{ratio} is outside (0, 10]")
     if order not in ("shuffle", "trace"):
         raise SnapshotError("--order", f"{order!r} is not 'shuffle' or 'trace'")
+    if node_order not in ("shuffle", "list"):
+        raise SnapshotError("--node-order", f"{node_order!r} is not 'shuffle' or 'list'")
     if batch < 1:
         raise SnapshotError("--batch", "must be at least 1")
     if work_limit <= 0:
@@ -123,6 +133,7 @@ def replay_cmd(
             order=order,
             batch=batch,
             work_limit=work_limit,
+            node_order=node_order,
             on_start=on_start,
             on_pods=on_pods,
         )
@@ -136,7 +147,13 @@ def replay_cmd(
         "batch": batch,
         "work_limit": work_limit,
         "popularity": 0.95,
-        "tie_break": "first node in list order (smallest name), random for Random",
+        "node_order": node_order,
+        "tie_break": (
+            "first node of a permutation drawn with the seed (the artifact's random node ranks)"
+            if node_order == "shuffle"
+            else "first node in list order"
+        )
+        + ", random for Random",
         "wall_s": round(time.perf_counter() - t0, 1),
     }
     written = report.write(out_dir, rows, curves, settings)

@@ -8,6 +8,12 @@ with replacement from the trace are appended while the total GPU request stays w
 one; each is placed at once or fails and stays unscheduled. After every arrival that crosses a
 step of ``step_pct`` percent of the capacity (and after the last one) the replay records the GPU
 allocation ratio, the cluster fragmentation and the unallocated GPUs.
+
+Ties: every policy takes the first node in node-list order among equal scores. The artifact
+renames its nodes with a random rank per run (``rand.Perm`` of Go's math/rand, seeded with the
+tuning seed) and its scheduler takes the smallest name among equal scores, so its ties go to a
+random but fixed node order. :func:`tie_order` does the same with the seed (``node_order=
+"shuffle"``, the default of :mod:`.report`); ``"list"`` keeps the list order.
 """
 
 from __future__ import annotations
@@ -24,6 +30,18 @@ from optsched.sim.openb.policies import Pod, Policy
 from optsched.sim.openb.reader import MILLI, Nodes, Pods
 
 DEFAULT_RATIO = 1.3
+NODE_ORDERS = ("shuffle", "list")
+
+
+def tie_order(nodes: Nodes, seed: int, node_order: str = "shuffle") -> Nodes:
+    """The node list in the order ties are broken in: a permutation drawn with ``seed`` (its own
+    stream, independent of the arrivals' draws) for ``"shuffle"``, the list itself for ``"list"``."""
+    if node_order not in NODE_ORDERS:
+        raise ValueError(f"node_order must be one of {NODE_ORDERS}, not {node_order!r}")
+    if node_order == "list":
+        return nodes
+    rng = np.random.default_rng([seed, 1])
+    return nodes.take(rng.permutation(len(nodes)))
 
 
 def arrivals(
@@ -178,4 +196,4 @@ def replay(
     )
 
 
-__all__ = ["DEFAULT_RATIO", "Curve", "Replay", "arrivals", "replay"]
+__all__ = ["DEFAULT_RATIO", "NODE_ORDERS", "Curve", "Replay", "arrivals", "replay", "tie_order"]

@@ -49,6 +49,17 @@ class Nodes:
         """Total GPUs of the cluster in milli-GPU."""
         return int(self.gpus.sum()) * MILLI
 
+    def take(self, index: npt.NDArray[np.int64] | list[int]) -> Nodes:
+        """The nodes at ``index``, in that order (a permutation reorders the list)."""
+        idx = np.asarray(index, dtype=np.int64)
+        return Nodes(
+            names=tuple(self.names[i] for i in idx),
+            cpu_milli=self.cpu_milli[idx],
+            memory_mib=self.memory_mib[idx],
+            gpus=self.gpus[idx],
+            models=tuple(self.models[i] for i in idx),
+        )
+
 
 @dataclass(frozen=True)
 class Pods:

@@ -18,7 +18,7 @@ from typing import Any
 
 from optsched.sim.openb.optsched_policy import OptschedEpochs
 from optsched.sim.openb.policies import BASELINES, Policy
-from optsched.sim.openb.protocol import DEFAULT_RATIO, Replay, arrivals, replay
+from optsched.sim.openb.protocol import DEFAULT_RATIO, Replay, arrivals, replay, tie_order
 from optsched.sim.openb.reader import Nodes, Pods
 
 POLICY_NAMES = ("random", "dotprod", "clustering", "packing", "bestfit", "fgd", "optsched-1", "optsched")
@@ -82,20 +82,24 @@ def run_all(
     order: str = "shuffle",
     batch: int = 32,
     work_limit: float = 2.0,
+    node_order: str = "shuffle",
     on_start: Callable[[str, str, int, int], None] | None = None,
     on_pods: Callable[[int], None] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Every (trace, seed, policy) replay; returns the rows and the curves keyed ``trace/policy/seed``."""
+    """Every (trace, seed, policy) replay; returns the rows and the curves keyed ``trace/policy/seed``.
+
+    Ties go to the first node of :func:`~.protocol.tie_order` (``node_order``) for the seed."""
     rows: list[dict[str, Any]] = []
     curves: dict[str, Any] = {}
     for trace, pods in traces:
         for seed in seeds:
             seq = arrivals(pods, nodes.gpu_capacity_milli, ratio=ratio, order=order, seed=seed)
+            ordered = tie_order(nodes, seed, node_order)
             for name in policies:
                 if on_start is not None:
                     on_start(trace, name, seed, len(seq))
                 pol = make_policy(name, batch=batch, work_limit=work_limit, seed=seed)
-                r = replay(nodes, seq, pol, workload=pods, seed=seed, progress=on_pods)
+                r = replay(ordered, seq, pol, workload=pods, seed=seed, progress=on_pods)
                 rows.append(row(trace, r))
                 c = r.curve
                 curves[f"{trace}/{name}/{seed}"] = {

@@ -11,7 +11,7 @@ import pytest
 from optsched.cli import main
 from optsched.sim.openb.optsched_policy import OptschedEpochs
 from optsched.sim.openb.policies import BASELINES
-from optsched.sim.openb.protocol import arrivals, replay
+from optsched.sim.openb.protocol import arrivals, replay, tie_order
 from optsched.sim.openb.reader import MILLI, Nodes, Pods, read_nodes, read_pods
 
 
@@ -94,6 +94,7 @@ def test_cli_replay_writes_table(tmp_path: Path, nodes_csv: Path, pods_csv: Path
         ("bestfit", 1),
     ]
     assert doc["settings"]["ratio"] == 1.3 and doc["plots"] == ["openb_default.png"]
+    assert doc["settings"]["node_order"] == "shuffle"
     assert (out / "openb_default.png").stat().st_size > 0
     assert "| default | fgd | 0 |" in (out / "summary.md").read_text()
 
@@ -107,6 +108,7 @@ def test_cli_replay_writes_table(tmp_path: Path, nodes_csv: Path, pods_csv: Path
         (["--seeds", "0,x"], "--seeds"),
         (["--ratio", "0"], "--ratio"),
         (["--order", "sideways"], "--order"),
+        (["--node-order", "sorted"], "--node-order"),
     ],
 )
 def test_cli_errors_name_the_option(
@@ -137,3 +139,52 @@ def test_cli_bad_file_exits_2_naming_the_column(
     assert rc == 2
     assert "row 2:gpu_milli" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def _many_nodes(n: int) -> Nodes:
+    return Nodes(
+        names=tuple(f"n{i:03d}" for i in range(n)),
+        cpu_milli=np.full(n, 32000, dtype=np.int64),
+        memory_mib=np.full(n, 65536, dtype=np.int64),
+        gpus=np.array([1 + i % 8 for i in range(n)], dtype=np.int64),
+        models=tuple("T4" if i % 2 else "V100M16" for i in range(n)),
+    )
+
+
+def test_tie_order_is_a_seeded_permutation() -> None:
+    nodes = _many_nodes(40)
+    assert tie_order(nodes, 3, "list") is nodes
+    a, b, c = tie_order(nodes, 3), tie_order(nodes, 3), tie_order(nodes, 4)
+    assert a.names == b.names and a.names != c.names and a.names != nodes.names
+    assert sorted(a.names) == list(nodes.names)
+    # every column moves with its node
+    row = {nodes.names[i]: (int(nodes.gpus[i]), nodes.models[i]) for i in range(len(nodes))}
+    assert all(row[a.names[i]] == (int(a.gpus[i]), a.models[i]) for i in range(len(a)))
+    with pytest.raises(ValueError, match="node_order"):
+        tie_order(nodes, 0, "sorted")
+
+
+def test_ties_go_to_the_first_node_of_the_order() -> None:
+    """Eight idle identical nodes: FGD's first pod lands on the first node of the order used."""
+    nodes = Nodes(
+        names=tuple(f"n{i}" for i in range(8)),
+        cpu_milli=np.full(8, 64000, dtype=np.int64),
+        memory_mib=np.full(8, 131072, dtype=np.int64),
+        gpus=np.full(8, 8, dtype=np.int64),
+        models=("V100M16",) * 8,
+    )
+    pods = Pods(
+        names=("p0",),
+        cpu_milli=np.array([4000]),
+        memory_mib=np.array([8192]),
+        num_gpu=np.array([1]),
+        gpu_milli=np.array([1000]),
+        gpu_spec=(frozenset(),),
+        qos=("LS",),
+        creation_time=np.array([0]),
+    )
+    for order in ("list", "shuffle"):
+        ordered = tie_order(nodes, 5, order)
+        r = replay(ordered, pods, BASELINES["fgd"](), seed=5)
+        assert r.placements[0] is not None and ordered.names[r.placements[0][0]] == ordered.names[0]
+    assert tie_order(nodes, 5).names[0] != "n0"  # this seed's order starts elsewhere
