@@ -8,11 +8,20 @@ Each option's cost is FGD's integer score of the node's fragmentation change (:m
 ``100 - sigmoid_score``, the change rounded to FGD's score points of about 40 milli near zero),
 so the objective is additive when every node takes at most one pod of the batch, which the model
 enforces (``sum of a class's options <= its count``). It maximises placed pods first (each worth
-more than all other terms), then minimises the total score lost, then the GPU left on the chosen
-nodes (consolidation onto fuller nodes) among options of equal score. The rounded score with
+more than all other terms), then minimises the total score lost (plus the expected-waste term
+below), then the GPU left on the chosen nodes (consolidation onto fuller nodes) among options of
+equal score. The rounded score with
 the consolidating tie-break places better than the exact change does (measured in
 ``docs/openb.md``): the exact change ranks options by differences of a few milli that say
 little about later pods, while the tie-break fills already used nodes first.
+
+A share's option also pays for the change of its GPU's expected waste, ``WASTE_WEIGHT`` cost
+units per milli of ``W(free after) - W(free before)`` (:func:`expected_waste`): ``W(r)`` is the
+free milli a GPU with ``r`` free is expected to keep for good if the later GPU pods that fit it
+arrive by the target workload's popularity. FGD's score counts a residue as fragment for every
+type too large for it, in proportion to popularity; it does not see that a residue of 210
+(a 470 beside a 320) fits only the rare shares of 50-160 milli and stays, while one of 530
+(a 470 on an idle GPU) takes the next 470 and keeps 60.
 
 Options are pruned exactly: per pod, only its cheapest options until their distinct classes hold
 at least ``batch`` nodes can be in an optimum (at most ``batch - 1`` other pods take slots there).
@@ -28,9 +37,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from optsched.sim.openb.cluster import ClusterState
-from optsched.sim.openb.frag import FragTracker
+from optsched.sim.openb.frag import FragTracker, TypicalPods
 from optsched.sim.openb.policies import (
     Choice,
     OptschedGreedy,
@@ -40,10 +50,37 @@ from optsched.sim.openb.policies import (
     gpus_for,
     sigmoid_score,
 )
+from optsched.sim.openb.reader import MILLI
 
 PLACE_WEIGHT = 1_000_000  # a placed pod outweighs every other term of the batch (32 x 100 x 100)
 SCORE_WEIGHT = 100  # per point of FGD's integer score (0..100) lost by an option
 LEFT_WEIGHT = 1  # per 100 milli-GPU left on the node (0..80): a tie-break below one score point
+WASTE_WEIGHT = 3.0  # per milli of a share's GPU's expected waste change (1 score point ~ 40 milli ~ 100)
+WASTE_P0 = 0.1  # popularity of fitting GPU types at which a residue is surely filled (expected_waste)
+
+
+def expected_waste(tp: TypicalPods, p0: float = WASTE_P0) -> npt.NDArray[np.float64]:
+    """``W[r]``, r = 0..1000: the free milli a GPU with ``r`` free is expected to keep for good.
+
+    The GPU types of ``tp`` (CPU-only ones left out; GPU models, CPU and the number of GPUs are
+    ignored) that fit ``r`` have popularity ``P(r)``. With probability ``a = min(1, P(r) / p0)``
+    one of them, drawn by popularity, takes its milli and the GPU goes on from ``r - milli``;
+    otherwise nothing more comes and ``r`` stays: ``W[r] = (1 - a) r + a E[W[r - milli]]``
+    (``W[r] = r`` when nothing fits). A residue that only rare types fit is nearly all waste.
+    """
+    gpu = tp.milli > 0
+    milli = tp.milli[gpu].astype(np.int64)
+    p = tp.p[gpu]
+    w = np.zeros(MILLI + 1)
+    for r in range(MILLI + 1):
+        fit = milli <= r
+        pr = float(p[fit].sum())
+        if pr <= 0:
+            w[r] = r
+            continue
+        a = min(1.0, pr / p0)
+        w[r] = (1 - a) * r + a * float((p[fit] * w[r - milli[fit]]).sum()) / pr
+    return w
 
 
 @dataclass
@@ -63,6 +100,7 @@ class OptschedEpochs:
             "classes_max": 0,
         }
     )
+    _waste: tuple[TypicalPods, npt.NDArray[np.float64]] | None = field(default=None, repr=False)
 
     def place(
         self, state: ClusterState, frag: FragTracker, pods: list[Pod], rng: np.random.Generator
@@ -92,6 +130,9 @@ class OptschedEpochs:
         per_class: dict[int, list[Any]] = {}
         objective = []
         left = state.gpu_left()
+        if self._waste is None or self._waste[0] is not frag.tp:
+            self._waste = (frag.tp, expected_waste(frag.tp))
+        waste = self._waste[1]
         for p, pod in enumerate(pods):
             idx, fits = feasible(state, pod)
             options: list[tuple[Any, int, int, int]] = []
@@ -111,6 +152,10 @@ class OptschedEpochs:
                     nodes, gpus, delta = nodes[sel], gpus[sel], delta[sel]
                 after_left = left[nodes] - pod.gpu_request
                 cost = SCORE_WEIGHT * (100 - sigmoid_score(delta)) + LEFT_WEIGHT * (after_left // 100)
+                if pod.is_share:
+                    old = state.gpu_free[nodes, gpus]
+                    change = waste[old - pod.gpu_milli] - waste[old]
+                    cost = cost + np.round(WASTE_WEIGHT * change).astype(np.int64)
                 order = np.lexsort((nodes, cost))
                 covered = 0
                 seen: set[int] = set()
@@ -203,4 +248,4 @@ class OptschedEpochs:
         return out
 
 
-__all__ = ["OptschedEpochs"]
+__all__ = ["OptschedEpochs", "expected_waste"]

@@ -15,7 +15,7 @@ import pytest
 
 from optsched.sim.openb.cluster import ClusterState
 from optsched.sim.openb.frag import FragTracker, node_frag, typical_pods
-from optsched.sim.openb.optsched_policy import OptschedEpochs
+from optsched.sim.openb.optsched_policy import OptschedEpochs, expected_waste
 from optsched.sim.openb.policies import BASELINES, Pod, sigmoid_score
 from optsched.sim.openb.reader import read_nodes, read_pods
 
@@ -118,6 +118,18 @@ def test_optsched_epoch_places_batch_jointly(setup: tuple[ClusterState, FragTrac
     assert got[0] == (0, (0,))  # the share on the shared GPU, as FGD
     assert got[1] is not None and got[1][0] != 0  # one pod per node per epoch
     assert pol.notes["solves"] == 1 and pol.notes["optimal"] == 1 and pol.notes["fallback_batches"] == 0
+
+
+def test_expected_waste_by_hand(setup: tuple[ClusterState, FragTracker]) -> None:
+    """GPU types A (400 milli, p 1/2) and B (1000, p 1/3); the CPU-only type is left out."""
+    _, fr = setup
+    w = expected_waste(fr.tp)  # p0 0.1: A surely comes wherever it fits
+    assert w[399] == 399 and w[0] == 0
+    assert w[500] == pytest.approx(100)  # 500 -> A -> 100, which nothing fits
+    assert w[800] == pytest.approx(0)  # two A
+    assert w[1000] == pytest.approx((1 / 2 * w[600] + 1 / 3 * 0) / (5 / 6))  # A (-> 200) or B
+    slow = expected_waste(fr.tp, p0=1.0)  # A comes with probability 1/2 only
+    assert slow[500] == pytest.approx(0.5 * 500 + 0.5 * 100)
 
 
 def test_optsched_takes_fuller_node_among_equal_fgd_scores(tmp_path: Path) -> None:
