@@ -3,8 +3,8 @@
 Optional and manual: it needs a checkout of the FGD paper's simulator
 (github hkust-adsl/kubernetes-scheduler-simulator, built with ``go build -o bin/simon ./cmd``;
 it vendors its Go dependencies, so Debian's ``golang-go`` builds it offline) and an interpreter
-with pandas and PyYAML for the simulator's own scripts. CI cannot fetch it; no test depends on
-it. See docs/openb.md, *Against FGD's own simulator*.
+with pandas and PyYAML for the simulator's own scripts. CI cannot fetch it; the tests exercise
+the script's own parts without it. See docs/openb.md, *Against FGD's own simulator*.
 
     python scripts/fgd_fidelity.py --simulator KSS --traces TRACES/alibaba_gpu_v2023 \\
         --trace default --seeds 0 --policies fgd --out fgd-fidelity
@@ -145,7 +145,7 @@ def write_sequence(seq: Pods, path: Path) -> None:
 
 def read_artifact_log(path: Path) -> dict[str, Any]:
     """Per-pod node (by arrival index) and the last allocation line of a simon log."""
-    nodes: dict[int, str] = {}
+    nodes: dict[int, tuple[int, str]] = {}  # arrival index -> (tie rank, node name)
     last: tuple[int, int, int] | None = None
     with open(path, errors="replace") as fh:
         for line in fh:
@@ -180,11 +180,15 @@ def tie_ranks(out: Path, n: int) -> list[int]:
     return ranks
 
 
+def rank_by_name(nodes: Nodes, ranks: list[int]) -> dict[str, int]:
+    """Each node's tie-break rank (``ranks`` are given for the nodes in name order)."""
+    return dict(zip(sorted(nodes.names), ranks, strict=True))
+
+
 def in_tie_order(nodes: Nodes, ranks: list[int]) -> Nodes:
     """``nodes`` reordered so that index order is the simulator's tie-break order."""
-    by_name = sorted(range(len(nodes)), key=lambda i: nodes.names[i])
-    rank = {by_name[i]: r for i, r in enumerate(ranks)}
-    return nodes.take(sorted(range(len(nodes)), key=lambda i: rank[i]))
+    rank = rank_by_name(nodes, ranks)
+    return nodes.take(sorted(range(len(nodes)), key=lambda i: rank[nodes.names[i]]))
 
 
 def run_artifact(a: argparse.Namespace, inputs: Path, run_dir: Path, policy: str) -> float:
@@ -218,8 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     except OpenbError as exc:
         fail("--traces", str(exc))
     ranks = tie_ranks(out, len(nodes))
-    by_name = sorted(nodes.names)
-    expected = {name: ranks[i] for i, name in enumerate(by_name)}
+    expected = rank_by_name(nodes, ranks)
     tied = in_tie_order(nodes, ranks)
     rows: list[dict[str, Any]] = []
     for trace, pods in pod_lists.items():
