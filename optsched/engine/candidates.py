@@ -566,34 +566,50 @@ def _guest_pairs(
     # the CPU and host memory free on each node as the running jobs leave it: a guest needs
     # its own on its host's nodes (decoding charges them against the plan's other starts too)
     recs = {rec.id: rec for rec in node_records(state)} if hosts else {}
+    # what the scan reads per host, read once (the scan below runs per guest over every host)
+    rows = [
+        (ri, r.type, r.free_slots, r.tenant, predictions.jobs[r.job].memory_gib) for ri, r in hosts
+    ]
+    mem_cap = [snap.gpu_types[tname].memory_gib for tname in types]
+    sealed_of: dict[tuple[str, int], bool] = {}  # (guest tenant, type) -> may not borrow there
     for negv, jid, key in shareable_jobs[:MAX_GUEST_JOBS] if hosts else []:
         gjob = state.job(jid)
         v = -negv
         found: list[tuple[int, float, float, float]] = []
         scanned = 0
-        for ri, r in hosts:
-            if scanned >= MAX_HOSTS_SCANNED:
+        allowed = set(key[2])
+        sealed = {}
+        for t in allowed:
+            got = sealed_of.get((gjob.tenant, t))
+            if got is None:
+                got = sealed_of[(gjob.tenant, t)] = state.borrow_limit(gjob.tenant, types[t]) == 0
+            sealed[t] = got
+        # hosts come by memory: once a type's next host leaves no room for the guest's memory,
+        # none of that type's later hosts does either
+        live = set(allowed)
+        need_mem = memory[jid]
+        node_bound = bool(gjob.cpu_milli or gjob.memory_mib)
+        for ri, t, slots, ten, hmem in rows:
+            if scanned >= MAX_HOSTS_SCANNED or not live:
                 break
-            if r.type not in key[2] or r.free_slots < gjob.gpus:
+            if t not in live or slots < gjob.gpus:
                 continue
-            if r.tenant != key[0] and state.borrow_limit(gjob.tenant, types[r.type]) == 0:
+            if ten != key[0] and sealed[t]:
                 continue  # promoted when the host ends, it would hold GPUs it may not borrow
-            mem_cap = snap.gpu_types[types[r.type]].memory_gib
-            if memory[jid] + predictions.jobs[r.job].memory_gib > mem_cap:
+            if need_mem + hmem > mem_cap[t]:
+                live.discard(t)
                 continue
-            sealed = state.borrow_limit(gjob.tenant, types[r.type]) == 0
-            limit = asr.pair_limit(share_limit, ten_ids[r.tenant], gjob.tenant, sealed)
+            limit = asr.pair_limit(share_limit, ten_ids[ten], gjob.tenant, sealed[t])
             if limit <= 0.0:
                 continue
-            if (gjob.cpu_milli or gjob.memory_mib) and not _node_holds_guest(
-                recs, state.job(r.job), shape_of(state, gjob, types[r.type])
-            ):
+            r = running[ri]
+            if node_bound and not _node_holds_guest(recs, state.job(r.job), shape_of(state, gjob, types[t])):
                 continue
             scanned += 1
             pair = predictor.predict_pair(state, state.job(r.job), gjob)
             if 1.0 - pair.host_speed > limit or pair.guest_speed < w.min_guest_speed:
                 continue
-            penalty = tweights[r.tenant] * r.gpus * (1.0 - pair.host_speed) * w.guest_interference
+            penalty = tweights[ten] * r.gpus * (1.0 - pair.host_speed) * w.guest_interference
             gv = v * pair.guest_speed - penalty
             if gv > 0:
                 found.append((ri, gv, pair.host_speed, pair.guest_speed))
