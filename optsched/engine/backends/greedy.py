@@ -438,7 +438,7 @@ def _greedy_order(p: EpochProblem, largest_first: bool) -> Assignment:
     _run(p, a, ledger, reclaim=True)
     _priority(p, a, ledger, largest_first=largest_first)
     _sync(ledger, a)
-    drop_unused_preemptions(p, a)
+    drop_unused_preemptions(p, a, ledger=ledger)
     _grow(p, a)
     return a
 
@@ -896,17 +896,21 @@ def _guests_of(p: EpochProblem) -> dict[str, list[int]]:
     return out
 
 
-def drop_unused_preemptions(p: EpochProblem, a: Assignment, placed: bool = False) -> None:
+def drop_unused_preemptions(
+    p: EpochProblem, a: Assignment, placed: bool = False, ledger: _Tally | None = None
+) -> None:
     """Keep the rule that GPUs freed on a type are used there: undo reclaims whose GPUs no
     start took (never those the on-loan deficit forces). One ledger, trial undo in place.
 
     ``placed``: every start of ``a`` has its GPUs (after :func:`place_plan`), so a stop whose
     GPUs no start took is tried whatever the type's counts say (a start placed on other nodes
     leaves them idle even where the counts balance); on a type with an on-loan deficit the
-    counts still decide."""
+    counts still decide. ``ledger``: one already in step with ``a`` (the greedy plan's own, used
+    up here), instead of a new one built from ``a``."""
     if not a.preempt:
         return  # nothing to keep running
-    ledger = _Tally(p, a)
+    if ledger is None:
+        ledger = _Tally(p, a)
     guests_of = _guests_of(p)
     own_start_tenants: set[tuple[int, int]] = {
         (p.pending[c].tenant, tt) for c, counts in a.starts.items() for (tt, loan) in counts if not loan

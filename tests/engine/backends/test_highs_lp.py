@@ -22,6 +22,7 @@ from optsched.engine.backends.highs import (
     _parameters,
     _solve,
     _values,
+    integer_copy,
     model_proto,
 )
 from optsched.engine.check import check_decision
@@ -224,6 +225,20 @@ def test_a_prepared_solve_gives_the_same_answer_as_one_built_in_the_call(
     g, w = got.assignment, want.assignment
     assert (g.starts, g.preempt, g.guests) == (w.starts, w.preempt, w.guests)
     assert _lp_threads() == []
+
+
+def test_the_rins_model_copied_from_the_relaxation_is_the_integer_model() -> None:
+    """The RINS step's model, copied from the LP relaxation's message, is exactly the message
+    built as integer from the rows, and the copy leaves the relaxation's message as it was."""
+    state = load_state(generate("venus", 4, shapes=True))
+    p = _prepare(state, SolveParams(), PRED, {}).problem
+    lin = build_model(p)
+    lp = model_proto(lin, integer=False)
+    before = lp.SerializeToString()
+    got = integer_copy(lp)
+    assert got == model_proto(lin, integer=True)
+    assert list(got.variables.integers) == [True] * lin.n
+    assert lp.SerializeToString() == before and not any(lp.variables.integers)
 
 
 def test_a_cancelled_prepared_lp_leaves_no_thread_and_an_epoch_leaves_none() -> None:
