@@ -49,6 +49,7 @@ from optsched.schema.decision import Decision, PoolDecision, SolverInfo, Workflo
 from optsched.schema.snapshot import Snapshot
 
 if TYPE_CHECKING:
+    from optsched.engine.backends.greedy import _Tally
     from optsched.engine.backends.highs import Prepared as HighsPrepared
     from optsched.engine.lookahead import LookaheadParams, Reservations
     from optsched.engine.problem import Assignment, EpochProblem
@@ -613,19 +614,24 @@ def _first_valid_decision(
         ep.stage["decide_and_check"] = time.monotonic() - t
 
 
-def _fill_pass(ep: _Epoch, problem: EpochProblem, a: Assignment, held: int) -> tuple[int, list[str]]:
+def _fill_pass(
+    ep: _Epoch, problem: EpochProblem, a: Assignment, held: int
+) -> tuple[int, list[str], _Tally | None]:
     """Start, in ``a``, every queued job that still fits (and, with GPUs held for
-    reservations, backfill those): the number started and the notes that say so.
+    reservations, backfill those): the number started, the notes that say so, and the fill's
+    ledger in step with ``a`` (``None`` after a backfill, which changes ``a`` after it).
 
     Never cut by the deadline: a cut fill would leave startable work queued (invariant 8).
     """
-    from optsched.engine.backends.greedy import fill
+    from optsched.engine.backends.greedy import fill_ledger
     from optsched.engine.lookahead import backfill
 
     t = time.monotonic()
-    added = fill(problem, a)
+    added, filled = fill_ledger(problem, a)
+    ledger: _Tally | None = filled
     if held:
         added += backfill(ep.problem, a, ep.reservations)
+        ledger = None
     ep.stage["fill"] = ep.stage.get("fill", 0.0) + time.monotonic() - t
     notes = []
     if added:
@@ -635,7 +641,7 @@ def _fill_pass(ep: _Epoch, problem: EpochProblem, a: Assignment, held: int) -> t
             f"{held} GPU(s) held for reservations: the plan is for the capacity without them, "
             "then backfilled"
         )
-    return added, notes
+    return added, notes, ledger
 
 
 def _status_and_bound(
@@ -693,6 +699,7 @@ def _checked_decision(
     from optsched.engine.backends.greedy import (
         drop_unused_preemptions,
         fill,
+        fill_ledger,
         keep_loan_funded_victims,
         place_plan,
         unplace,
@@ -702,14 +709,16 @@ def _checked_decision(
     from optsched.engine.lookahead import annotate
 
     held = sum(h.held for h in ep.reservations.holds)
-    added, fill_notes = _fill_pass(ep, problem, a, held)
+    added, fill_notes, ledger = _fill_pass(ep, problem, a, held)
     unplaced = 0
     kept = 0
     refilled = False
     rounds = 0
     while rounds < MAX_DECODE_ROUNDS:
         rounds += 1
-        failed = place_plan(problem, a)
+        # the last fill's ledger, when nothing changed ``a`` since (placing uses it up)
+        failed = place_plan(problem, a, ledger)
+        ledger = None
         if failed:
             unplaced += len(failed)
             added += unplace(problem, a, failed)
@@ -718,10 +727,11 @@ def _checked_decision(
             # starts allowed on GPUs held for a reservation were placed there when they could
             # be: the GPUs the model counted for them are free for the queued jobs
             refilled = True
-            more = fill(problem, a)
+            more, ledger = fill_ledger(problem, a)
             if more:
                 added += more
                 continue
+            ledger = None
         if problem.node_records and _idle_victims(problem, a):
             # a start placed on other nodes than its victims' leaves their GPUs idle: those
             # victims keep running (the plan stays valid; its value only grows)

@@ -275,3 +275,34 @@ def test_the_greedy_plan_drops_the_same_stops_with_its_own_ledger_as_with_a_new_
         assert (a.starts, a.placements) == (fresh.starts, fresh.placements)
         kept += before - len(a.preempt)
     assert (kept > 0) == keeps
+
+
+@pytest.mark.parametrize(
+    ("size", "seed", "shapes"), [("venus", 3, False), ("venus", 4, True), ("medium", 1, True)]
+)
+def test_placing_with_the_fill_ledger_places_as_a_new_ledger_does(
+    size: str, seed: int, shapes: bool
+) -> None:
+    """Decoding places the plan with the fill pass's ledger (in step with the plan) instead of
+    building a new one from it: the placements and the starts left without GPUs are the same."""
+    import copy
+
+    from optsched.engine.backends.base import SolveParams
+    from optsched.engine.backends.greedy import fill_ledger, greedy_assignment, place_plan
+    from optsched.engine.epoch import _prepare
+    from optsched.instances import generate
+    from optsched.predict.fallback import EstimatePredictor
+
+    state = load_state(generate(size, seed, shapes=shapes))
+    p = _prepare(state, SolveParams(), EstimatePredictor(), {}).problem
+    a = greedy_assignment(p)
+    a.placements = {k: [None] * len(v) for k, v in a.placements.items()}  # placed by place_plan
+    _, ledger = fill_ledger(p, a)
+    fresh = copy.deepcopy(a)
+    got = place_plan(p, a, ledger)
+    want = place_plan(p, fresh)
+    assert got == want
+    assert a.placements == fresh.placements
+    placed = [refs for v in a.placements.values() for refs in v]
+    # every start got its GPUs here, or is one the free nodes did not hold
+    assert any(placed) and sum(refs is None for refs in placed) == len(got)
