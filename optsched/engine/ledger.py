@@ -499,8 +499,9 @@ class NodePool:
             out.append((node, self._take_idx(node, p, shape)))
         return out
 
-    def _domains(self, t: str, level: int) -> list[tuple[int, tuple[str, ...]]]:
-        """The domains of ``level`` that have free GPUs of type ``t``, fewest free GPUs first."""
+    def _domains(self, t: str, level: int, least: int = 1) -> list[tuple[int, tuple[str, ...]]]:
+        """The domains of ``level`` that have at least ``least`` free GPUs of type ``t``, fewest
+        free GPUs first."""
         free: dict[tuple[str, ...], int] = defaultdict(int)
         for c, ids in self.buckets[t].items():
             if c == 0:
@@ -509,7 +510,7 @@ class NodePool:
                 node = self.nodes[i]
                 assert node is not None
                 free[node.domains[level]] += c
-        return [(level, d) for d in sorted(free, key=lambda d: (free[d], d))]
+        return [(level, d) for d in sorted(free, key=lambda d: (free[d], d)) if free[d] >= least]
 
     def place(self, t: str, shape: Shape) -> list[GpuRef] | None:
         """GPUs of type ``t`` for one job of ``shape``, taken now; ``None`` (nothing taken) when
@@ -528,7 +529,8 @@ class NodePool:
         if self.total[t] < shape.gpus:
             return None
         if shape.level >= 0 and self.levels:
-            for inside in self._domains(t, shape.level):
+            # a domain with fewer free GPUs than the job asks holds none of its placements
+            for inside in self._domains(t, shape.level, shape.gpus):
                 got = self._pieces_idx(t, shape, inside)
                 if got is not None:
                     return got
