@@ -204,6 +204,8 @@ class ChunkBook:
         self.books: dict[int, _TypeBook] = {}
         self.on_node: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
         """Running item -> (type, movable node, GPUs it frees there) of its movable nodes."""
+        self._needs: dict[tuple[int, int], tuple[tuple[int, ...], int, int, int, bool]] = {}
+        """(class, type) -> what one member takes there (:meth:`_need_of`)."""
         for t in range(len(p.types)):
             tp = p.placement_of(t)
             if tp is None:
@@ -244,39 +246,55 @@ class ChunkBook:
         book = self.books.get(t)
         if book is None:
             return True
-        cls = self.p.pending[c]
-        shape = cls.shape_on(t)
-        tp = book.tp
-        need = level_counts(shape, tp.levels)
-        if shape.fractional:
-            book.shares += sign * shape.milli
+        got = self._needs.get((c, t))
+        if got is None:
+            got = self._needs[(c, t)] = self._need_of(c, t, book.tp)
+        need, cpu, mem, milli, topology = got
+        if milli:
+            book.shares += sign * milli
             book._reshare()
+        demand = book.demand
         for ell, k in enumerate(need):
-            book.demand[ell] += sign * k
-        book.cpu += sign * shape.cpu_milli * max(1, shape.nodes)
-        book.mem += sign * shape.memory_mib * max(1, shape.nodes)
-        if shape.level >= 0 and shape.required and shape.nodes > 1 and tp.domain_level == shape.level:
+            if k:
+                demand[ell] += sign * k
+        book.cpu += sign * cpu
+        book.mem += sign * mem
+        if topology:
             if sign > 0:
                 dom = self._pick_domain(book, need)
                 if dom is None:
-                    self._undo_counts(book, shape, need)
+                    self._undo_counts(book, got)
                     return False
                 book.chosen.setdefault(c, []).append(dom)
             else:
                 dom = book.chosen[c].pop()
-            row = book.dom_demand.setdefault(dom, [0] * len(tp.levels))
+            row = book.dom_demand.setdefault(dom, [0] * len(book.tp.levels))
             for ell, k in enumerate(need):
                 row[ell] += sign * k
         return True
 
-    def _undo_counts(self, book: _TypeBook, shape: Shape, need: Sequence[int]) -> None:
-        if shape.fractional:
-            book.shares -= shape.milli
+    def _need_of(self, c: int, t: int, tp: TypePlacement) -> tuple[tuple[int, ...], int, int, int, bool]:
+        """What one member of class ``c`` takes on type ``t``, read once per class and type (the
+        greedy plan starts and gives back members thousands of times): its chunks per level,
+        its CPUs and host memory over its nodes, a share's thousandths (0 for whole GPUs), and
+        whether it takes a domain of the type's required topology level."""
+        shape = self.p.pending[c].shape_on(t)
+        n = max(1, shape.nodes)
+        topology = shape.level >= 0 and shape.required and shape.nodes > 1 and tp.domain_level == shape.level
+        return (
+            level_counts(shape, tp.levels), shape.cpu_milli * n, shape.memory_mib * n,
+            shape.milli if shape.fractional else 0, topology,
+        )
+
+    def _undo_counts(self, book: _TypeBook, got: tuple[tuple[int, ...], int, int, int, bool]) -> None:
+        need, cpu, mem, milli, _ = got
+        if milli:
+            book.shares -= milli
             book._reshare()
         for ell, k in enumerate(need):
             book.demand[ell] -= k
-        book.cpu -= shape.cpu_milli * max(1, shape.nodes)
-        book.mem -= shape.memory_mib * max(1, shape.nodes)
+        book.cpu -= cpu
+        book.mem -= mem
 
     def _pick_domain(self, book: _TypeBook, need: Sequence[int]) -> tuple[str, ...] | None:
         """The domain a required-topology start goes to: the one with the fewest free GPUs whose
