@@ -204,8 +204,9 @@ class ChunkBook:
         self.books: dict[int, _TypeBook] = {}
         self.on_node: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
         """Running item -> (type, movable node, GPUs it frees there) of its movable nodes."""
-        self._needs: dict[tuple[int, int], tuple[tuple[int, ...], int, int, int, bool]] = {}
-        """(class, type) -> what one member takes there (:meth:`_need_of`)."""
+        self._needs = p.chunk_needs
+        """(class, type) -> what one member takes there (:meth:`_need_of`), shared by the
+        problem's books."""
         for t in range(len(p.types)):
             tp = p.placement_of(t)
             if tp is None:

@@ -288,6 +288,12 @@ class EpochProblem:
     gpu_refs: dict[tuple[str, int], GpuRef] = field(default_factory=dict, compare=False, repr=False)
     """One ``GpuRef`` per GPU the placements of this epoch hand out, built on first use and
     shared by every node pool of the epoch (the greedy plan's, the fill's, the decoding's)."""
+    chunk_needs: dict[tuple[int, int], tuple[tuple[int, ...], int, int, int, bool]] = field(
+        default_factory=dict, init=False, compare=False, repr=False
+    )
+    """(class, type) -> what one member takes in the chunk rows there, read on first use and
+    shared by every :class:`~optsched.engine.chunks.ChunkBook` of this problem (a problem
+    made from it with ``dataclasses.replace`` starts its own)."""
 
     def placement_of(self, t: int) -> TypePlacement | None:
         return self.placement[t] if t < len(self.placement) else None

@@ -62,6 +62,8 @@ class _Tally:
         chunk rows are exact, placed at the end by :func:`place_plan`."""
         self.delta: dict[int, int] = {}
         """Running elastic item -> its size change in steps so far."""
+        self.type_order: dict[int, list[int]] = {}
+        """Class -> the positions of its types in the order starts try them (by type bonus)."""
         self.grown: dict[int, list[GpuRef]] = {}
         self.free = [p.capacity[t] - u for t, u in enumerate(p.used())]
         self.use = p.held(own_only=False)
@@ -254,7 +256,11 @@ def _try_start(
     """Start one member of class ``c`` on the first of its types (by type bonus) where it fits
     (``own_only``: inside quota; ``only``: on that type alone); its (type, on loan)."""
     cls = p.pending[c]
-    order = sorted(range(len(cls.types)), key=lambda k: (-cls.type_bonus[k], cls.types[k]))
+    order = ledger.type_order.get(c)
+    if order is None:
+        order = ledger.type_order[c] = sorted(
+            range(len(cls.types)), key=lambda k: (-cls.type_bonus[k], cls.types[k])
+        )
     for k in order:
         t = cls.types[k]
         if only is not None and t != only:
@@ -262,6 +268,8 @@ def _try_start(
         cap = ledger.blocked.get((c, t))
         if cap is not None and ledger.on_type.get((c, t), 0) >= cap:
             continue  # decoding found the nodes do not hold another one there
+        if ledger.free[t] < cls.gpus and not cls.shape_on(t).fractional:
+            continue  # too few free GPUs on the type: the start would fail the ledger and be undone
         # after a node loss, no start on loan where its jobs restart (``p.no_loan``)
         for own in (True,) if own_only or t in p.no_loan else (True, False):
             room = p.quota[cls.tenant][t] - ledger.own[cls.tenant][t]
