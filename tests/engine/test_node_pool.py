@@ -195,6 +195,37 @@ def test_required_topology_stays_in_one_domain() -> None:
     assert got is not None and {r.node for r in got} == {"n0"}
 
 
+def test_required_topology_places_exactly_when_some_domain_holds_the_job() -> None:
+    """Against brute force on random clusters of three racks: a job whose pieces must share a
+    rack is placed iff one rack's free GPUs hold its pieces on distinct nodes, and then inside
+    that one rack (domains with fewer free GPUs than the job asks are not tried at all)."""
+    rng = random.Random(11)
+    placed = 0
+    for _ in range(150):
+        n = rng.randint(3, 7)
+        state = _state(rng, n)
+        s = state.snapshot.model_dump(mode="json", exclude_none=True)
+        s["topology"] = {"levels": ["rack"]}
+        racks = [f"r{rng.randrange(3)}" for _ in range(n)]
+        for node, rack in zip(s["nodes"], racks, strict=True):
+            node["topology"] = {"rack": rack}
+        state = load_state(s)
+        free = {nd.id: nd.gpus for nd in state.snapshot.nodes}
+        for j in state.snapshot.jobs:
+            for ref in j.allocation or ():
+                free[ref.node] -= 1
+        pieces = tuple(sorted((rng.choice((1, 2, 4, 8)) for _ in range(rng.randint(2, 3))), reverse=True))
+        ids = [nd.id for nd in state.snapshot.nodes]
+        in_rack = {rack: [free[i] for i, r in zip(ids, racks, strict=True) if r == rack] for rack in racks}
+        want = any(_fits_one_job(frees, pieces) for frees in in_rack.values())
+        got = NodePool.of(state).place("A100", Shape(sum(pieces), pieces, level=0, required=True))
+        assert (got is not None) == want, (free, racks, pieces)
+        placed += want
+        if got is not None:
+            assert len({racks[int(r.node[1:])] for r in got}) == 1
+    assert 30 <= placed <= 120  # both outcomes are common
+
+
 def test_shares_pack_tightest_gpu_first_and_release() -> None:
     s = cluster(nodes={"n0": ("A100", 2)}, tenants={"a": {"A100": 2}})
     s["jobs"] = [{**running("x", "a", [("n0", 0)], start_s=1.0), "gpu_milli": 700}]
