@@ -698,11 +698,10 @@ def _checked_decision(
     """
     from optsched.engine.backends.greedy import (
         drop_unused_preemptions,
-        fill,
         fill_ledger,
         keep_loan_funded_victims,
         place_plan,
-        unplace,
+        unplace_ledger,
     )
     from optsched.engine.check import check_decision
     from optsched.engine.decode import Unplaced, to_decision
@@ -721,7 +720,8 @@ def _checked_decision(
         ledger = None
         if failed:
             unplaced += len(failed)
-            added += unplace(problem, a, failed)
+            more, ledger = unplace_ledger(problem, a, failed)
+            added += more
             continue
         if problem.held_gpus and not refilled:
             # starts allowed on GPUs held for a reservation were placed there when they could
@@ -743,11 +743,13 @@ def _checked_decision(
                 # the starts on loan it took back leave GPUs free: the fill uses them inside
                 # quota (work conservation), and the new starts are placed
                 kept += back
-                added += fill(problem, a)
-                failed = place_plan(problem, a)
+                more, filled = fill_ledger(problem, a)
+                added += more
+                failed = place_plan(problem, a, filled)
                 if failed:
                     unplaced += len(failed)
-                    added += unplace(problem, a, failed)
+                    more, ledger = unplace_ledger(problem, a, failed)
+                    added += more
                     continue
         notes = [*ep.notes, *fill_notes]
         if unplaced:
@@ -779,7 +781,8 @@ def _checked_decision(
                 # guests for good (``Assignment.no_guest_on``), so these rounds end by themselves
                 rounds -= 1
             unplaced += len(u.failed) + len(u.guests)
-            added += unplace(problem, a, u.failed, u.guests)
+            more, ledger = unplace_ledger(problem, a, u.failed, u.guests)
+            added += more
     else:
         raise _Rejected(f"{unplaced} start(s) the free nodes could not hold after {MAX_DECODE_ROUNDS} rounds")
     t = time.monotonic()

@@ -826,6 +826,13 @@ def unplace(
     cap their class there at what is left (:attr:`Assignment.blocked`; such a guest's host
     takes no guest again, :attr:`Assignment.no_guest_on`), undo the preemptions no start uses
     any more and fill again; returns how many jobs the fill started."""
+    return unplace_ledger(p, a, failed, guests)[0]
+
+
+def unplace_ledger(
+    p: EpochProblem, a: Assignment, failed: list[tuple[int, int, bool]], guests: Sequence[int] = ()
+) -> tuple[int, _Tally]:
+    """:func:`unplace`, and its fill's ledger, in step with ``a`` after it (:func:`fill_ledger`)."""
     for c in guests:
         a.no_guest_on.add(a.guests.pop(c))
     for c, t, loan in failed:
@@ -845,7 +852,7 @@ def unplace(
                 a.blocked[(d, t)] = a.on_type(d, t)
     drop_unused_preemptions(p, a)
     keep_best_effort_within_room(p, a)
-    return fill(p, a)
+    return fill_ledger(p, a)
 
 
 def keep_best_effort_within_room(p: EpochProblem, a: Assignment) -> int:
