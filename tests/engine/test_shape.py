@@ -242,16 +242,8 @@ def test_the_greedy_plan_drops_the_same_stops_with_its_own_ledger_as_with_a_new_
     import copy
 
     from optsched.engine.backends.base import SolveParams
-    from optsched.engine.backends.greedy import (
-        _priority,
-        _repair,
-        _run,
-        _sync,
-        _Tally,
-        drop_unused_preemptions,
-    )
+    from optsched.engine.backends.greedy import _order_starts, drop_unused_preemptions
     from optsched.engine.epoch import _prepare
-    from optsched.engine.problem import Assignment
     from optsched.instances import generate
     from optsched.predict.fallback import EstimatePredictor
 
@@ -259,14 +251,7 @@ def test_the_greedy_plan_drops_the_same_stops_with_its_own_ledger_as_with_a_new_
     p = _prepare(state, SolveParams(), EstimatePredictor(), {}).problem
     kept = 0
     for largest_first in (False, True):
-        a = Assignment()
-        ledger = _Tally(p)
-        _repair(ledger, p, a)
-        if largest_first:
-            _priority(p, a, ledger, largest_first=True)
-        _run(p, a, ledger, reclaim=True)
-        _priority(p, a, ledger, largest_first=largest_first)
-        _sync(ledger, a)
+        a, ledger = _order_starts(p, largest_first)
         fresh = copy.deepcopy(a)
         before = len(a.preempt)
         drop_unused_preemptions(p, a, ledger=ledger)

@@ -438,6 +438,15 @@ def greedy_assignment(p: EpochProblem) -> Assignment:
 
 def _greedy_order(p: EpochProblem, largest_first: bool) -> Assignment:
     """One greedy plan (:func:`greedy_assignment`)."""
+    a, ledger = _order_starts(p, largest_first)
+    drop_unused_preemptions(p, a, ledger=ledger)
+    _grow(p, a)
+    return a
+
+
+def _order_starts(p: EpochProblem, largest_first: bool) -> tuple[Assignment, _Tally]:
+    """The stops and starts of one greedy order, before the unused stops are undone and the
+    elastic jobs grow, and its ledger, in step with them."""
     a = Assignment()
     ledger = _Tally(p)
     _repair(ledger, p, a)
@@ -446,9 +455,7 @@ def _greedy_order(p: EpochProblem, largest_first: bool) -> Assignment:
     _run(p, a, ledger, reclaim=True)
     _priority(p, a, ledger, largest_first=largest_first)
     _sync(ledger, a)
-    drop_unused_preemptions(p, a, ledger=ledger)
-    _grow(p, a)
-    return a
+    return a, ledger
 
 
 def _sync(ledger: _Tally, a: Assignment) -> None:
