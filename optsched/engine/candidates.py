@@ -603,10 +603,11 @@ def _guest_pairs(
             if limit <= 0.0:
                 continue
             r = running[ri]
-            if node_bound and not _node_holds_guest(recs, state.job(r.job), shape_of(state, gjob, types[t])):
+            host = state.job(r.job)
+            if node_bound and not _node_holds_guest(recs, host, shape_of(state, gjob, types[t])):
                 continue
             scanned += 1
-            pair = predictor.predict_pair(state, state.job(r.job), gjob)
+            pair = predictor.predict_pair(state, host, gjob)
             if 1.0 - pair.host_speed > limit or pair.guest_speed < w.min_guest_speed:
                 continue
             penalty = tweights[ten] * r.gpus * (1.0 - pair.host_speed) * w.guest_interference

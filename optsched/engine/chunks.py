@@ -40,7 +40,13 @@ from optsched.schema.limits import MILLI_PER_GPU
 if TYPE_CHECKING:
     from optsched.engine.problem import Assignment, EpochProblem, TypePlacement
 
-__all__ = ["ChunkBook", "carry", "chunks_of", "level_counts", "levels_for", "piece_levels"]
+__all__ = ["ChunkBook", "ChunkNeed", "carry", "chunks_of", "level_counts", "levels_for", "piece_levels"]
+
+
+ChunkNeed = tuple[tuple[int, ...], int, int, int, bool]
+"""What one member of a class takes on a type (:meth:`ChunkBook._need_of`): its chunks per
+level, its CPUs and host memory over its nodes, a share's thousandths (0 for whole GPUs), and
+whether it takes a domain of the type's required topology level."""
 
 
 def levels_for(largest: int) -> tuple[int, ...]:
@@ -274,11 +280,9 @@ class ChunkBook:
                 row[ell] += sign * k
         return True
 
-    def _need_of(self, c: int, t: int, tp: TypePlacement) -> tuple[tuple[int, ...], int, int, int, bool]:
-        """What one member of class ``c`` takes on type ``t``, read once per class and type (the
-        greedy plan starts and gives back members thousands of times): its chunks per level,
-        its CPUs and host memory over its nodes, a share's thousandths (0 for whole GPUs), and
-        whether it takes a domain of the type's required topology level."""
+    def _need_of(self, c: int, t: int, tp: TypePlacement) -> ChunkNeed:
+        """What one member of class ``c`` takes on type ``t`` (:data:`ChunkNeed`), read once per
+        class and type: the greedy plan starts and gives back members thousands of times."""
         shape = self.p.pending[c].shape_on(t)
         n = max(1, shape.nodes)
         topology = shape.level >= 0 and shape.required and shape.nodes > 1 and tp.domain_level == shape.level
@@ -287,7 +291,7 @@ class ChunkBook:
             shape.milli if shape.fractional else 0, topology,
         )
 
-    def _undo_counts(self, book: _TypeBook, got: tuple[tuple[int, ...], int, int, int, bool]) -> None:
+    def _undo_counts(self, book: _TypeBook, got: ChunkNeed) -> None:
         need, cpu, mem, milli, _ = got
         if milli:
             book.shares -= milli

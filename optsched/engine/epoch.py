@@ -627,8 +627,8 @@ def _fill_pass(
     from optsched.engine.lookahead import backfill
 
     t = time.monotonic()
-    added, filled = fill_ledger(problem, a)
-    ledger: _Tally | None = filled
+    ledger: _Tally | None
+    added, ledger = fill_ledger(problem, a)
     if held:
         added += backfill(ep.problem, a, ep.reservations)
         ledger = None
@@ -701,7 +701,7 @@ def _checked_decision(
         fill_ledger,
         keep_loan_funded_victims,
         place_plan,
-        unplace_ledger,
+        unplace,
     )
     from optsched.engine.check import check_decision
     from optsched.engine.decode import Unplaced, to_decision
@@ -720,7 +720,7 @@ def _checked_decision(
         ledger = None
         if failed:
             unplaced += len(failed)
-            more, ledger = unplace_ledger(problem, a, failed)
+            more, ledger = unplace(problem, a, failed)
             added += more
             continue
         if problem.held_gpus and not refilled:
@@ -748,7 +748,7 @@ def _checked_decision(
                 failed = place_plan(problem, a, filled)
                 if failed:
                     unplaced += len(failed)
-                    more, ledger = unplace_ledger(problem, a, failed)
+                    more, ledger = unplace(problem, a, failed)
                     added += more
                     continue
         notes = [*ep.notes, *fill_notes]
@@ -781,7 +781,7 @@ def _checked_decision(
                 # guests for good (``Assignment.no_guest_on``), so these rounds end by themselves
                 rounds -= 1
             unplaced += len(u.failed) + len(u.guests)
-            more, ledger = unplace_ledger(problem, a, u.failed, u.guests)
+            more, ledger = unplace(problem, a, u.failed, u.guests)
             added += more
     else:
         raise _Rejected(f"{unplaced} start(s) the free nodes could not hold after {MAX_DECODE_ROUNDS} rounds")

@@ -22,6 +22,7 @@ from optsched.engine.quota_tree import EMPTY, QuotaTree
 from optsched.engine.shape import Shape
 
 if TYPE_CHECKING:
+    from optsched.engine.chunks import ChunkNeed
     from optsched.engine.ledger import NodeRecord
     from optsched.schema.snapshot import GpuRef
 
@@ -288,7 +289,7 @@ class EpochProblem:
     gpu_refs: dict[tuple[str, int], GpuRef] = field(default_factory=dict, compare=False, repr=False)
     """One ``GpuRef`` per GPU the placements of this epoch hand out, built on first use and
     shared by every node pool of the epoch (the greedy plan's, the fill's, the decoding's)."""
-    chunk_needs: dict[tuple[int, int], tuple[tuple[int, ...], int, int, int, bool]] = field(
+    chunk_needs: dict[tuple[int, int], ChunkNeed] = field(
         default_factory=dict, init=False, compare=False, repr=False
     )
     """(class, type) -> what one member takes in the chunk rows there, read on first use and

@@ -827,19 +827,13 @@ def fill_ledger(p: EpochProblem, a: Assignment) -> tuple[int, _Tally]:
 
 def unplace(
     p: EpochProblem, a: Assignment, failed: list[tuple[int, int, bool]], guests: Sequence[int] = ()
-) -> int:
+) -> tuple[int, _Tally]:
     """Take the starts decoding could not place out of ``a`` ((class, type, on_loan) each, and
     the MPS guests of ``guests``, pending classes whose host's node lacks their CPU or memory),
     cap their class there at what is left (:attr:`Assignment.blocked`; such a guest's host
     takes no guest again, :attr:`Assignment.no_guest_on`), undo the preemptions no start uses
-    any more and fill again; returns how many jobs the fill started."""
-    return unplace_ledger(p, a, failed, guests)[0]
-
-
-def unplace_ledger(
-    p: EpochProblem, a: Assignment, failed: list[tuple[int, int, bool]], guests: Sequence[int] = ()
-) -> tuple[int, _Tally]:
-    """:func:`unplace`, and its fill's ledger, in step with ``a`` after it (:func:`fill_ledger`)."""
+    any more and fill again; returns how many jobs the fill started, and the fill's ledger, in
+    step with ``a`` after it (:func:`fill_ledger`)."""
     for c in guests:
         a.no_guest_on.add(a.guests.pop(c))
     for c, t, loan in failed:
