@@ -23,6 +23,7 @@ from optsched.engine.backends.highs import (
     _solve,
     _values,
     integer_copy,
+    mip_work_s,
     model_proto,
 )
 from optsched.engine.check import check_decision
@@ -198,6 +199,32 @@ def _lp_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("optsched-highs-")]
 
 
+def test_branch_and_bound_needs_more_work_per_variable_as_the_model_grows() -> None:
+    """Up to VARS_PER_WORK_S variables the rule is linear; past it the nominal cost grows faster
+    than the model, so a 10,000-GPU model (13,630 variables) is not given branch and bound by a
+    20 s call (work 11.57), whose root alone took 33 s there."""
+    for n in (1, 1333, 3000, int(VARS_PER_WORK_S)):
+        assert mip_work_s(n) == n / VARS_PER_WORK_S
+    costs = [mip_work_s(n) for n in range(1000, 20_000, 500)]
+    assert costs == sorted(costs) and len(set(costs)) == len(costs)
+    assert mip_work_s(4 * 3500) >= 8 * mip_work_s(3500)
+    assert mip_work_s(13_630) > 0.6 * 20 - 40e-6 * 10_662
+
+
+def test_a_model_past_the_linear_rule_takes_the_lp_path_where_the_old_rule_branched() -> None:
+    """A medium model whose variables the linear rule allowed branch and bound for (``n <=
+    VARS_PER_WORK_S * work``) but whose grown cost does not fit gets the LP relaxation and RINS,
+    with the LP's bound, and its decision passes the checker."""
+    state = load_state(generate("medium", 1))  # type: ignore[arg-type]
+    p = _prepare(state, SolveParams(), PRED, {}).problem
+    n = build_model(p).n
+    assert n > VARS_PER_WORK_S
+    work = (n / VARS_PER_WORK_S + mip_work_s(n)) / 2
+    res = HighsBackend().solve(p, SolveParams(time_limit_s=60, work_s=work), greedy_assignment(p))
+    assert res.detail.startswith("LP relaxation"), res.detail
+    assert res.bound is not None and res.objective is not None and res.bound >= res.objective
+
+
 @pytest.mark.parametrize(
     ("size", "seed", "mode"), [("venus", 3, "lp"), ("venus", 5, "auto"), ("tiny", 1, "mip")]
 )
@@ -213,7 +240,7 @@ def test_a_prepared_solve_gives_the_same_answer_as_one_built_in_the_call(
     prepared = highs.prepare(p, params)
     assert prepared is not None and prepared.problem is p
     # the LP runs ahead exactly where the call takes the LP path
-    lp_path = mode == "lp" or (mode == "auto" and build_model(p).n > VARS_PER_WORK_S * 2.0)
+    lp_path = mode == "lp" or (mode == "auto" and mip_work_s(build_model(p).n) > 2.0)
     assert (prepared.iterations is not None) == lp_path
     greedy = greedy_assignment(p)
     got = highs.solve(p, params, greedy)  # uses what ``prepare`` made for ``p``
