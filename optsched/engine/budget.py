@@ -35,6 +35,16 @@ SHAPED_OVERHEAD_PER_JOB_S = 60e-6
 shares): there the greedy plan tries two orders and the candidates carry node shapes (medium
 --shapes: the stages before the solver took 0.35-0.4 s against 0.2 s without, and 8 of 10
 seeds ran into the wall clock at 1 s on an idle machine)."""
+OVERHEAD_KNEE_JOBS = 3000
+"""Jobs past which each further job takes :data:`OVERHEAD_PER_JOB_PAST_KNEE_S` from the work
+budget instead of :data:`OVERHEAD_PER_JOB_S`."""
+OVERHEAD_PER_JOB_PAST_KNEE_S = 115e-6
+"""Nominal seconds per job past :data:`OVERHEAD_KNEE_JOBS`. At 10,662 jobs (10,000 GPUs) the
+stages take 0.8 s before the solver and 0.7 s after it, and the RINS step's root grows faster
+than its free variables there (3,700 free: 0.55 s; 4,700: 0.9 s; 5,650: 1.7 s). With 40 us per
+job a 3 s call's budget asked for a RINS step of 1.7 s where the wall clock left 1.2 s, and 2 and
+3 s calls answered with the labelled greedy plan (10% below the LP's bound on seed 0). The knee
+keeps every snapshot of up to 3,000 jobs (Venus and 2,500-GPU sizes) on the rule it had."""
 MIN_WORK_S = 0.02
 """The smallest solver work budget, however large the snapshot."""
 RESERVE_FRACTION = 0.1
@@ -133,7 +143,9 @@ class Budget:
         share = SOLVER_SHARE * self.limit_s
         if self.workflows:
             share -= WORKFLOW_SHARE * self.limit_s
-        return max(MIN_WORK_S, share - OVERHEAD_PER_JOB_S * self.jobs)
+        knee = min(self.jobs, OVERHEAD_KNEE_JOBS)
+        overhead = OVERHEAD_PER_JOB_S * knee + OVERHEAD_PER_JOB_PAST_KNEE_S * (self.jobs - knee)
+        return max(MIN_WORK_S, share - overhead)
 
     def shaped_work_s(self) -> float:
         """:attr:`solver_work_s` on a problem whose node rows are a relaxation (less

@@ -4,6 +4,7 @@ below the greedy plan or the guided plan, and passes the checker."""
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from typing import Any
@@ -16,6 +17,7 @@ from optsched.engine.backends.base import SolveParams, SolveStatus
 from optsched.engine.backends.greedy import greedy_assignment, guided_assignment
 from optsched.engine.backends.highs import (
     ITERATIONS_PER_S,
+    RINS_FREE_PER_WORK_S,
     VARS_PER_WORK_S,
     HighsBackend,
     _lp_iterations,
@@ -25,6 +27,7 @@ from optsched.engine.backends.highs import (
     integer_copy,
     mip_work_s,
     model_proto,
+    rins_room,
 )
 from optsched.engine.check import check_decision
 from optsched.engine.epoch import _prepare
@@ -209,6 +212,24 @@ def test_branch_and_bound_needs_more_work_per_variable_as_the_model_grows() -> N
     assert costs == sorted(costs) and len(set(costs)) == len(costs)
     assert mip_work_s(4 * 3500) >= 8 * mip_work_s(3500)
     assert mip_work_s(13_630) > 0.6 * 20 - 40e-6 * 10_662
+
+
+def test_the_rins_room_is_linear_up_to_the_knee_and_grows_slower_past_it() -> None:
+    """RINS_FREE_PER_WORK_S free variables per nominal second up to VARS_PER_WORK_S; past them
+    the room is the most free variables whose grown cost (as branch and bound's) fits the work:
+    monotone, continuous at the knee, and never more than the linear room."""
+    knee_work = VARS_PER_WORK_S / RINS_FREE_PER_WORK_S
+    for w in (0.0, 0.1, 0.33, knee_work):
+        assert rins_room(w) == math.floor(RINS_FREE_PER_WORK_S * w)
+    rooms = [rins_room(w / 100) for w in range(1, 500)]
+    assert rooms == sorted(rooms)
+    assert abs(rins_room(knee_work + 1e-9) - VARS_PER_WORK_S) <= 1
+    for w in (0.8, 1.34, 2.0, 3.0):
+        f = rins_room(w)
+        assert f < RINS_FREE_PER_WORK_S * w
+        # the room's grown cost fits the work, one more variable's does not
+        assert mip_work_s(f) * VARS_PER_WORK_S / RINS_FREE_PER_WORK_S <= w
+        assert mip_work_s(f + 2) * VARS_PER_WORK_S / RINS_FREE_PER_WORK_S > w
 
 
 def test_a_model_past_the_linear_rule_takes_the_lp_path_where_the_old_rule_branched() -> None:
