@@ -38,7 +38,7 @@ seeds ran into the wall clock at 1 s on an idle machine)."""
 OVERHEAD_KNEE_JOBS = 3000
 """Jobs past which each further job takes :data:`OVERHEAD_PER_JOB_PAST_KNEE_S` from the work
 budget instead of :data:`OVERHEAD_PER_JOB_S`."""
-OVERHEAD_PER_JOB_PAST_KNEE_S = 115e-6
+OVERHEAD_PER_JOB_PAST_KNEE_S = 130e-6
 """Nominal seconds per job past :data:`OVERHEAD_KNEE_JOBS`. At 10,662 jobs (10,000 GPUs) the
 stages take 0.8 s before the solver and 0.7 s after it, and the RINS step's root grows faster
 than its free variables there (3,700 free: 0.55 s; 4,700: 0.9 s; 5,650: 1.7 s). With 40 us per
