@@ -397,28 +397,7 @@ def _cluster_decision(ep: _Epoch, params: SolveParams, budget: Budget) -> Decisi
     finally:
         if prepared is not None:
             prepared.cancel()
-    d = _first_valid_decision(ep, problem, params, result, fallback_reason, hint)
-    if result is None or result.assignment is None or d.solver.objective is None:
-        return d
-    if d.solver.fallback_reason is not None:
-        return d  # the chain went past the solver's answer (and decoding changed ``hint``)
-    if d.solver.objective >= greedy_value - 1e-6 * max(1.0, abs(greedy_value)):
-        return d
-    # placing the solver's answer on the nodes lost starts the model's node rows (a relaxation
-    # where shapes need more) had counted, and left it below the greedy plan, which places as
-    # it goes: decide with the better of the two, the greedy plan labelled with the solver's bound
-    kept = SolveResult(
-        status=SolveStatus.FEASIBLE, backend=result.backend, seconds=result.seconds, assignment=hint,
-        objective=greedy_value, bound=result.bound,
-        detail=f"{result.detail}; placed on the nodes its answer ({d.solver.objective:.6g}) was below "
-        f"the greedy plan's ({greedy_value:.6g}), which is kept",
-    )
-    try:
-        g = _checked_decision(ep, problem, params, hint, kept, None)
-    except Exception:  # the solver's decision stands: it passed the checker
-        log.exception("decoding the greedy plan after the solver's answer failed")
-        return d
-    return g if g.solver.objective is not None and g.solver.objective > d.solver.objective else d
+    return _first_valid_decision(ep, problem, params, result, fallback_reason, hint, greedy_value)
 
 
 def _work_s(problem: EpochProblem, budget: Budget) -> float:
@@ -586,9 +565,16 @@ def _first_valid_decision(
     result: SolveResult | None,
     reason: str | None,
     hint: Assignment,
+    greedy_value: float,
 ) -> Decision:
     """The decision of the first plan of the fallback chain that decodes and passes the
     checker; each failure is logged and added to the next plan's ``fallback_reason``.
+
+    When placing the solver's answer on the nodes lost starts the model's node rows (a
+    relaxation where shapes need more) had counted and left it below the greedy plan, which
+    places as it goes, the greedy plan is placed too and the better of the two is decided
+    (labelled with the solver's bound): only that one is annotated and checked
+    (:func:`_better_greedy`).
 
     Raises
     ------
@@ -603,7 +589,15 @@ def _first_valid_decision(
             if errors:
                 why = "; ".join(filter(None, [why, *errors]))
             try:
-                return _checked_decision(ep, problem, params, plan.assignment, plan.result, why)
+                d = _placed_decision(ep, problem, plan.assignment, plan.result, why)
+                if plan.result is not None:
+                    g = _better_greedy(ep, problem, plan.result, d, hint, greedy_value)
+                    if g is not None:
+                        try:
+                            return _finished(ep, problem, params, g)
+                        except Exception:  # the solver's decision stands if it passes the checker
+                            log.exception("the greedy plan placed after the solver's answer failed")
+                return _finished(ep, problem, params, d)
             except Exception as exc:  # every failure of a plan falls back to the next one
                 if not isinstance(exc, _Rejected):
                     log.exception("decoding the %s failed", plan.what)
@@ -612,6 +606,32 @@ def _first_valid_decision(
         raise OptschedError("internal error: no valid decision could be built: " + "; ".join(errors))
     finally:
         ep.stage["decide_and_check"] = time.monotonic() - t
+
+
+def _better_greedy(
+    ep: _Epoch, problem: EpochProblem, result: SolveResult, d: Decision, hint: Assignment,
+    greedy_value: float,
+) -> Decision | None:
+    """The greedy plan placed on the nodes, labelled with the solver's bound, when the solver's
+    answer placed (``d``) is below the greedy plan's value and the greedy plan placed is above
+    it; else ``None``. Places a copy of ``hint`` (the fallback chain's next plan stays as it
+    was)."""
+    obj = d.solver.objective
+    if obj is None or obj >= greedy_value - 1e-6 * max(1.0, abs(greedy_value)):
+        return None
+    kept = SolveResult(
+        status=SolveStatus.FEASIBLE, backend=result.backend, seconds=result.seconds,
+        assignment=copy.deepcopy(hint), objective=greedy_value, bound=result.bound,
+        detail=f"{result.detail}; placed on the nodes its answer ({obj:.6g}) was below "
+        f"the greedy plan's ({greedy_value:.6g}), which is kept",
+    )
+    assert kept.assignment is not None
+    try:
+        g = _placed_decision(ep, problem, kept.assignment, kept, None)
+    except Exception:  # the solver's decision stands
+        log.exception("decoding the greedy plan after the solver's answer failed")
+        return None
+    return g if g.solver.objective is not None and g.solver.objective > obj else None
 
 
 def _fill_pass(
@@ -680,21 +700,21 @@ def _idle_victims(problem: EpochProblem, a: Assignment) -> bool:
     )
 
 
-def _checked_decision(
+def _placed_decision(
     ep: _Epoch,
     problem: EpochProblem,
-    params: SolveParams,
     a: Assignment,
     res: SolveResult | None,
     reason: str | None,
 ) -> Decision:
-    """One plan as a decision: fill pass, status and bound, decoding, look-ahead annotations,
-    then the checker against the snapshot as given.
+    """One plan as a decision placed on the nodes: fill pass, placing (starts the nodes cannot
+    hold leave the plan, and the fill runs again), status and bound, decoding. Not yet annotated
+    nor checked (:func:`_finished`).
 
     Raises
     ------
     _Rejected
-        When the decision fails the checker.
+        When starts still cannot be placed after :data:`MAX_DECODE_ROUNDS` rounds.
     """
     from optsched.engine.backends.greedy import (
         drop_unused_preemptions,
@@ -703,9 +723,7 @@ def _checked_decision(
         place_plan,
         unplace,
     )
-    from optsched.engine.check import check_decision
     from optsched.engine.decode import Unplaced, to_decision
-    from optsched.engine.lookahead import annotate
 
     held = sum(h.held for h in ep.reservations.holds)
     added, fill_notes, ledger = _fill_pass(ep, problem, a, held)
@@ -785,6 +803,21 @@ def _checked_decision(
             added += more
     else:
         raise _Rejected(f"{unplaced} start(s) the free nodes could not hold after {MAX_DECODE_ROUNDS} rounds")
+    return d
+
+
+def _finished(ep: _Epoch, problem: EpochProblem, params: SolveParams, d: Decision) -> Decision:
+    """A placed decision (:func:`_placed_decision`) with its look-ahead annotations, checked
+    against the snapshot as given.
+
+    Raises
+    ------
+    _Rejected
+        When the decision fails the checker.
+    """
+    from optsched.engine.check import check_decision
+    from optsched.engine.lookahead import annotate
+
     t = time.monotonic()
     annotate(
         ep.state, d, ep.predictions, problem.density, ep.lookahead, ep.reservations,
