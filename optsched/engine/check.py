@@ -635,6 +635,8 @@ def check_resize(state: ClusterState, decision: Decision, after: _After) -> list
     """
     out: list[Violation] = []
     seen: set[str] = set()
+    if not decision.resize:
+        return out
     start_on: dict[GpuKey, list[str]] = defaultdict(list)
     for s in decision.start:
         if s.job in after.started:
