@@ -400,15 +400,6 @@ class _Coordination:
     added: list[Start] = field(default_factory=list)
     reclaimed: list[Preempt] = field(default_factory=list)
     room_for: dict[str, list[str]] = field(default_factory=dict)
-    shapes: dict[tuple[str, str], Shape] = field(default_factory=dict)
-
-    def shape(self, job: Job, t: str) -> Shape:
-        """``job``'s shape on type ``t`` (:func:`shape_of`), read once per job and type."""
-        key = (job.id, t)
-        got = self.shapes.get(key)
-        if got is None:
-            got = self.shapes[key] = shape_of(self.state, job, t)
-        return got
 
     def live(self, starts: list[Start]) -> list[Start]:
         """The parts' ``starts`` this step kept, then its own starts not undone."""
@@ -501,11 +492,11 @@ def _placed(c: _Coordination, job: Job, t: str, pick: _Pick) -> list[GpuRef] | N
     """The GPUs ``job`` gets on ``t`` once ``pick``'s victims leave (taken from the fleet), or
     ``None`` (the fleet as before) when its shape does not fit the nodes even so."""
     for v in pick.victims:
-        c.fleet.release(list(v.refs), c.shape(v.job, t))
-    alloc = c.fleet.place(t, c.shape(job, t))
+        c.fleet.release(list(v.refs), shape_of(c.state, v.job, t))
+    alloc = c.fleet.place(t, shape_of(c.state, job, t))
     if alloc is None:
         for v in pick.victims:
-            c.fleet.take(v.refs, c.shape(v.job, t))
+            c.fleet.take(v.refs, shape_of(c.state, v.job, t))
     return alloc
 
 
@@ -643,22 +634,19 @@ def _fill(
                 for t in c.state.allowed_types(job):
                     if t in c.off and job.qos != "guaranteed":
                         continue
-                    if first:
-                        if _start_on(c, job, t, first):
-                            break
-                        continue
-                    key = (job.tenant, t, job.gpus, c.shape(job, t))
+                    key = None if first else (job.tenant, t, job.gpus, shape_of(c.state, job, t))
                     if key in failed:
                         continue
                     if _start_on(c, job, t, first):
                         break
-                    failed.add(key)
+                    if key is not None:
+                        failed.add(key)
         loans, uncovered, newly = _amend_over_quota(c, starts)
         if not newly:
             break
         for x in newly:
             t = c.state.node_type(x.allocation[0].node)
-            c.fleet.release(x.allocation, c.shape(c.state.job(x.job), t))
+            c.fleet.release(x.allocation, shape_of(c.state, c.state.job(x.job), t))
             c.started_ids.discard(x.job)
         c.books.recount()
     return loans, uncovered
