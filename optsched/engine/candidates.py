@@ -572,6 +572,10 @@ def _guest_pairs(
     ]
     mem_cap = [snap.gpu_types[tname].memory_gib for tname in types]
     sealed_of: dict[tuple[str, int], bool] = {}  # (guest tenant, type) -> may not borrow there
+    # the hosts a guest may go with at all, in the scan's order, per (GPUs, types, tenant):
+    # of an allowed type, with room for the guest's GPUs, not sealed against its tenant, and
+    # with a pair limit above 0 (each is a host-side fact; the guest's memory is its own)
+    usable: dict[tuple[int, tuple[int, ...], int, str], list[tuple[int, int, int, float, float]]] = {}
     for negv, jid, key in shareable_jobs[:MAX_GUEST_JOBS] if hosts else []:
         gjob = state.job(jid)
         v = -negv
@@ -584,23 +588,31 @@ def _guest_pairs(
             if got is None:
                 got = sealed_of[(gjob.tenant, t)] = state.borrow_limit(gjob.tenant, types[t]) == 0
             sealed[t] = got
+        ukey = (gjob.gpus, key[2], key[0], gjob.tenant)
+        scan = usable.get(ukey)
+        if scan is None:
+            scan = usable[ukey] = [
+                (ri, t, ten, hmem, limit)
+                for ri, t, slots, ten, hmem in rows
+                if t in allowed
+                and slots >= gjob.gpus
+                # promoted when the host ends, it would hold GPUs it may not borrow
+                and not (ten != key[0] and sealed[t])
+                and (limit := asr.pair_limit(share_limit, ten_ids[ten], gjob.tenant, sealed[t]))
+                > 0.0
+            ]
         # hosts come by memory: once a type's next host leaves no room for the guest's memory,
         # none of that type's later hosts does either
         live = set(allowed)
         need_mem = memory[jid]
         node_bound = bool(gjob.cpu_milli or gjob.memory_mib)
-        for ri, t, slots, ten, hmem in rows:
+        for ri, t, ten, hmem, limit in scan:
             if scanned >= MAX_HOSTS_SCANNED or not live:
                 break
-            if t not in live or slots < gjob.gpus:
+            if t not in live:
                 continue
-            if ten != key[0] and sealed[t]:
-                continue  # promoted when the host ends, it would hold GPUs it may not borrow
             if need_mem + hmem > mem_cap[t]:
                 live.discard(t)
-                continue
-            limit = asr.pair_limit(share_limit, ten_ids[ten], gjob.tenant, sealed[t])
-            if limit <= 0.0:
                 continue
             r = running[ri]
             host = state.job(r.job)
