@@ -74,7 +74,11 @@ def typical_pods(
             break
         kept.append((key, n))
         cum += n
-    p = np.array([n for _, n in kept], dtype=np.float64) / cum
+    # FGD's simulator divides each count by all pods, then renormalises by the kept share
+    # (``GetTypicalPods``); the same two divisions give the same bits
+    p = np.array([n for _, n in kept], dtype=np.float64) / total
+    if cum < total:
+        p = p / (cum / total)
     specs = tuple(frozenset(s for s in k[3].split("|") if s) for k, _ in kept)
     access = np.ones((len(kept), len(model_names) + 1), dtype=bool)
     for t, allowed in enumerate(specs):
@@ -109,10 +113,52 @@ def _value(
     return np.asarray(tp.p @ per_type, dtype=np.float64)
 
 
-def node_frag(tp: TypicalPods, cpu: IntArray, gpu: IntArray, model: IntArray) -> FloatArray:
-    """Fragmented milli-GPU of each node (``cpu``: free CPU, ``gpu``: (nodes, 8) free milli)."""
+# FGD's simulator's fragment classes (``FragRatioDataMap``), in the order it sums them
+_Q1_LACK_BOTH, _Q2_LACK_GPU, _Q3_SATISFIED, _Q4_LACK_CPU, _XL_SATISFIED, _XR_LACK_CPU, _NO_ACCESS = range(7)
+_SLOT = np.array([0, 1, 1, 2, 3, 4, 5])
+"""Class -> its running sum; a satisfied type's fragment goes to the lack-GPU class's."""
+
+NOISE = 1e-6
+"""A fragmentation change below this (milli-GPU) is rounding noise of two equal values: real
+changes are far larger (a type's popularity, at least about 1e-4, times at least one
+milli-GPU). Only there do the last bits decide FGD's score (:func:`exact_value`)."""
+
+
+def exact_value(
+    tp: TypicalPods, cpu: IntArray, total: IntArray, model: IntArray, h: IntArray, s: IntArray
+) -> FloatArray:
+    """:func:`_value` with the float operations of FGD's simulator (``NodeGpuShareFragAmount``):
+    per type in popularity order, ``p_t`` times the fragment is added to the type's class (a
+    satisfied type's fragment to the lack-GPU class), then the classes other than satisfied
+    are summed in their fixed order. The value is the same as any other order's; its last bits
+    are not, and FGD's integer score of a change that is exactly 0 in value but not in bits is
+    49 or 50 by them: a CPU-only pod on a node whose types only move from "CPU satisfied" to
+    "lacks CPU" scores 49 there, and the simulator then picks another node."""
+    cpu_ok = cpu[None, :] >= tp.cpu[:, None]
+    gpu_type = (tp.milli > 0)[:, None]
+    hosts = h >= tp.num[:, None]
+    cls = np.select(
+        [~gpu_type & cpu_ok, ~gpu_type, ~tp.access[:, model], hosts & cpu_ok, hosts, cpu_ok],
+        [_XL_SATISFIED, _XR_LACK_CPU, _NO_ACCESS, _Q3_SATISFIED, _Q4_LACK_CPU, _Q2_LACK_GPU],
+        default=_Q1_LACK_BOTH,
+    )
+    amount = tp.p[:, None] * np.where(cls == _Q3_SATISFIED, s, total[None, :]).astype(np.float64)
+    per = np.zeros((len(tp), 6, len(total)), dtype=np.float64)
+    np.put_along_axis(per, _SLOT[cls][:, None, :], amount[:, None, :], axis=1)
+    sums = per.sum(axis=0)  # along the types, one after the other (adding 0.0 changes no bit)
+    out = sums[0]
+    for c in range(1, 6):
+        out = out + sums[c]
+    return np.asarray(out, dtype=np.float64)
+
+
+def node_frag(
+    tp: TypicalPods, cpu: IntArray, gpu: IntArray, model: IntArray, *, exact: bool = False
+) -> FloatArray:
+    """Fragmented milli-GPU of each node (``cpu``: free CPU, ``gpu``: (nodes, 8) free milli);
+    ``exact``: in FGD's simulator's bits (:func:`exact_value`)."""
     h, s = _hs(tp, gpu)
-    return _value(tp, cpu, gpu.sum(axis=1), model, h, s)
+    return (exact_value if exact else _value)(tp, cpu, gpu.sum(axis=1), model, h, s)
 
 
 class FragTracker:
@@ -145,6 +191,42 @@ class FragTracker:
 
     def share_after(self, nodes: IntArray, gpus: IntArray, cpu: int, milli: int) -> FloatArray:
         """Node fragmentation after a share of ``milli`` on GPU ``gpus[i]`` of ``nodes[i]``."""
+        return _value(self.tp, *self._share_inputs(nodes, gpus, cpu, milli))
+
+    def whole_after(self, nodes: IntArray, cpu: int, k: int) -> FloatArray:
+        """Node fragmentation after ``k`` fully free GPUs of ``nodes[i]`` (and ``cpu``) are taken."""
+        return _value(self.tp, *self._whole_inputs(nodes, cpu, k))
+
+    def share_change(self, nodes: IntArray, gpus: IntArray, cpu: int, milli: int) -> FloatArray:
+        """The change of :meth:`share_after` from now, with FGD's simulator's bits where it is
+        rounding noise (:func:`exact_value` on both sides)."""
+        delta = self.share_after(nodes, gpus, cpu, milli) - self.frag[nodes]
+        noisy = np.flatnonzero(np.abs(delta) < NOISE)
+        if len(noisy):
+            after = exact_value(self.tp, *self._share_inputs(nodes[noisy], gpus[noisy], cpu, milli))
+            delta[noisy] = after - self._exact_now(nodes[noisy])
+        return delta
+
+    def whole_change(self, nodes: IntArray, cpu: int, k: int) -> FloatArray:
+        """The change of :meth:`whole_after` from now, with FGD's simulator's bits where it is
+        rounding noise."""
+        delta = self.whole_after(nodes, cpu, k) - self.frag[nodes]
+        noisy = np.flatnonzero(np.abs(delta) < NOISE)
+        if len(noisy):
+            after = exact_value(self.tp, *self._whole_inputs(nodes[noisy], cpu, k))
+            delta[noisy] = after - self._exact_now(nodes[noisy])
+        return delta
+
+    def _exact_now(self, nodes: IntArray) -> FloatArray:
+        st = self.state
+        return exact_value(
+            self.tp, st.cpu_free[nodes], st.gpu_left()[nodes], self.model[nodes], self.h[:, nodes],
+            self.s[:, nodes],
+        )
+
+    def _share_inputs(
+        self, nodes: IntArray, gpus: IntArray, cpu: int, milli: int
+    ) -> tuple[IntArray, IntArray, IntArray, IntArray, IntArray]:
         st, tp = self.state, self.tp
         old = st.gpu_free[nodes, gpus]
         new = old - milli
@@ -156,18 +238,21 @@ class FragTracker:
             + np.where(new[None, :] < m, new[None, :], 0)
         )
         total = st.gpu_left()[nodes] - milli
-        return _value(tp, st.cpu_free[nodes] - cpu, total, self.model[nodes], h, s)
+        return st.cpu_free[nodes] - cpu, total, self.model[nodes], h, s
 
-    def whole_after(self, nodes: IntArray, cpu: int, k: int) -> FloatArray:
-        """Node fragmentation after ``k`` fully free GPUs of ``nodes[i]`` (and ``cpu``) are taken."""
+    def _whole_inputs(
+        self, nodes: IntArray, cpu: int, k: int
+    ) -> tuple[IntArray, IntArray, IntArray, IntArray, IntArray]:
         st, tp = self.state, self.tp
         h = self.h[:, nodes] - k * (tp.milli[:, None] <= 1000)
         total = st.gpu_left()[nodes] - 1000 * k
-        return _value(tp, st.cpu_free[nodes] - cpu, total, self.model[nodes], h, self.s[:, nodes])
+        return st.cpu_free[nodes] - cpu, total, self.model[nodes], h, self.s[:, nodes]
 
     def cluster(self) -> float:
         """Cluster fragmentation, milli-GPU."""
         return float(self.frag.sum())
 
 
-__all__ = ["DEFAULT_POPULARITY", "FragTracker", "TypicalPods", "node_frag", "typical_pods"]
+__all__ = [
+    "DEFAULT_POPULARITY", "NOISE", "FragTracker", "TypicalPods", "exact_value", "node_frag", "typical_pods",
+]

@@ -291,36 +291,28 @@ class BestFitPolicy(_Scored):
 def fgd_options(
     frag: FragTracker, pod: Pod, idx: IntArray, fits: npt.NDArray[np.bool_] | None
 ) -> tuple[IntArray, IntArray, npt.NDArray[np.float64]]:
-    """Every (node, GPU) option of a pod and the node's fragmentation change for it (milli).
+    """Every (node, GPU) option of a pod and the node's fragmentation change for it (milli; a
+    change of rounding noise in the bits FGD's simulator computes, :meth:`FragTracker.share_change`).
 
     For whole-GPU and CPU-only pods the GPU is -1 (the lowest-index free GPUs are taken)."""
     if pod.is_share:
         assert fits is not None
         rows, cols = np.nonzero(fits)
         nodes = idx[rows]
-        after = frag.share_after(nodes, cols, pod.cpu, pod.gpu_milli)
-        return nodes, cols.astype(np.int64), after - frag.frag[nodes]
-    after = frag.whole_after(idx, pod.cpu, pod.num_gpu)
-    return idx, np.full(len(idx), -1, dtype=np.int64), after - frag.frag[idx]
-
-
-FRAG_NOISE = 1e-6
-"""Fragmentation changes smaller than this (milli-GPU) are taken as none. Ours subtracts the
-node's cached fragmentation from a fresh computation of it after the pod, and the two sums can
-differ in their last bits where nothing changed; FGD's simulator computes both sides with one
-function and gets exactly 0. Near 0 the integer score is the floor of 50 +- a rounding error,
-so that noise turned a 50 into a 49: on `multigpu30` seed 0 it put pod 1,746 (CPU only) on
-another node than the simulator, 5,233 of 6,646 pods on the same node; taken as none, all
-6,646, and the same 227.1 GPUs unallocated. Real changes are far larger (a type's popularity,
-at least about 1e-4, times at least one milli-GPU)."""
+        cols = cols.astype(np.int64)
+        return nodes, cols, frag.share_change(nodes, cols, pod.cpu, pod.gpu_milli)
+    return idx, np.full(len(idx), -1, dtype=np.int64), frag.whole_change(idx, pod.cpu, pod.num_gpu)
 
 
 def sigmoid_score(delta: npt.NDArray[np.float64]) -> IntArray:
-    """FGD's integer score of a fragmentation change (lower fragmentation scores higher); a
-    change below :data:`FRAG_NOISE` is none."""
-    delta = np.where(np.abs(delta) < FRAG_NOISE, 0.0, delta)
+    """FGD's integer score of a fragmentation change ``delta`` (milli-GPU; lower fragmentation
+    scores higher), with the simulator's float operations: ``int64(sigmoid((before - after) /
+    1000) * 100)``, ``sigmoid(x) = 1 / (1 + exp(-x))``. A change of rounding noise scores 50
+    below 0 and 49 above it, as there (:func:`optsched.sim.openb.frag._value` computes both
+    sides with the simulator's operations, so the noise is the simulator's)."""
     with np.errstate(over="ignore"):
-        return np.floor(100.0 / (1.0 + np.exp(delta / 1000.0))).astype(np.int64)
+        sig = 1.0 / (1.0 + np.exp(delta / 1000.0))
+    return np.floor(sig * 100.0).astype(np.int64)
 
 
 class FGDPolicy(_Scored):

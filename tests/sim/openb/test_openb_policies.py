@@ -8,6 +8,7 @@ C = CPU-only 1 CPU (p 1/6).
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -61,9 +62,73 @@ def test_fragmentation_by_hand(setup: tuple[ClusterState, FragTracker]) -> None:
     gpu = state.gpu_free[2:3]
     assert node_frag(fr.tp, cpu, gpu, fr.model[2:3]).tolist() == pytest.approx([1000.0])
     assert sigmoid_score(np.array([-150.0, 0.0, 300.0])).tolist() == [53, 50, 42]
-    # a change in the last bits of two computations of one sum is none (FGD's simulator sees
-    # exactly 0 there); a real change, however small, still rounds the score down
-    assert sigmoid_score(np.array([-1e-12, 1e-12, 2e-3])).tolist() == [50, 50, 49]
+    # FGD's simulator truncates sigmoid * 100: rounding noise scores 50 below 0 and 49 above it
+    assert sigmoid_score(np.array([-1e-12, 0.0, 1e-12, 2e-3])).tolist() == [50, 50, 49, 49]
+
+
+def _go_node_frag(tp: object, cpu: int, gpu: list[int], model: int) -> float:
+    """FGD's simulator's ``NodeGpuShareFragAmountScore`` for one node, transcribed scalar by
+    scalar: per type, its fragment goes to its class's running sum; classes summed in order."""
+    data = [0.0] * 7  # q1 lack both, q2 lack GPU, q3 satisfied, q4 lack CPU, xl, xr, no access
+    total = sum(gpu)
+    for t in range(len(tp.p)):  # type: ignore[attr-defined]
+        freq, milli = float(tp.p[t]), int(tp.milli[t])  # type: ignore[attr-defined]
+        need_cpu, num = int(tp.cpu[t]), int(tp.num[t])  # type: ignore[attr-defined]
+        if milli == 0:
+            data[4 if cpu >= need_cpu else 5] += freq * float(total)
+        elif not tp.access[t, model]:  # type: ignore[attr-defined]
+            data[6] += freq * float(total)
+        elif sum(1 for g in gpu if g >= milli) >= num:
+            if cpu >= need_cpu:
+                data[1] += freq * float(sum(g for g in gpu if g < milli))
+            else:
+                data[3] += freq * float(total)
+        else:
+            data[1 if cpu >= need_cpu else 0] += freq * float(total)
+    out = 0.0
+    for i in (0, 1, 3, 4, 5, 6):
+        out += data[i]
+    return out
+
+
+def test_fragmentation_has_the_simulators_bits(tmp_path: Path) -> None:
+    """Bit for bit the simulator's sum (``==``, not approx), on random nodes and a workload of
+    popularities that do not add up exactly; and the case it decides: a CPU-only pod on a node
+    whose types only move from "CPU satisfied" to "lacks CPU" changes the value by rounding
+    alone, and the score is the simulator's 49 or 50 for those bits."""
+    rng = np.random.default_rng(3)
+    rows = ["name,cpu_milli,memory_mib,num_gpu,gpu_milli"]
+    for i in range(97):
+        kind = rng.integers(4)
+        cpu = int(rng.choice([1000, 3152, 4000, 8000, 12500, 16000]))
+        num, milli = [(0, 0), (1, int(rng.choice([160, 230, 470, 810]))), (1, 1000), (2, 1000)][kind]
+        rows.append(f"p{i},{cpu},1024,{num},{milli}")
+    wl = tmp_path / "wl.csv"
+    wl.write_text("\n".join(rows) + "\n")
+    tp = typical_pods(read_pods(wl), ("T4", "V100M16"), popularity=0.9)
+    n = 300
+    cpu = rng.integers(0, 40000, n).astype(np.int64)
+    gpu = rng.choice([0, 60, 90, 190, 530, 1000], size=(n, 8)).astype(np.int64)
+    model = rng.integers(0, 3, n).astype(np.int64)
+    got = node_frag(tp, cpu, gpu, model, exact=True)
+    assert got == pytest.approx(node_frag(tp, cpu, gpu, model), rel=1e-12)
+    want = [_go_node_frag(tp, int(cpu[i]), gpu[i].tolist(), int(model[i])) for i in range(n)]
+    assert got.tolist() == want
+    # a CPU-only pod of 12.5 CPUs on a node with 18 CPUs free and GPU leftovers no type fits:
+    # types only cross from satisfied to lacking CPU (or from lacking GPU to lacking both), so
+    # the value moves in its bits alone
+    noisy = 0
+    scores: set[int] = set()
+    rows_ = rng.choice([0, 60, 90, 150], size=(2000, 8)).tolist()
+    for i, row in enumerate(rows_):
+        before = _go_node_frag(tp, 18000, row, i % 3)
+        after = _go_node_frag(tp, 18000 - 12500, row, i % 3)
+        if after != before and abs(after - before) < 1e-6:
+            noisy += 1
+            go = int((1.0 / (1.0 + math.exp(-((before - after) / 1000)))) * 100)
+            assert sigmoid_score(np.array([after - before])).tolist() == [go]
+            scores.add(go)
+    assert noisy > 0 and scores == {49, 50}
 
 
 @pytest.mark.parametrize(
