@@ -31,6 +31,8 @@ import dataclasses
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
+import numpy as np
+
 from optsched.engine import assurance as asr
 from optsched.engine import elastic
 from optsched.engine.chunks import chunks_of, levels_for
@@ -574,8 +576,13 @@ def _guest_pairs(
     sealed_of: dict[tuple[str, int], bool] = {}  # (guest tenant, type) -> may not borrow there
     # the hosts a guest may go with at all, in the scan's order, per (GPUs, types, tenant):
     # of an allowed type, with room for the guest's GPUs, not sealed against its tenant, and
-    # with a pair limit above 0 (each is a host-side fact; the guest's memory is its own)
-    usable: dict[tuple[int, tuple[int, ...], int, str], list[tuple[int, int, int, float, float]]] = {}
+    # with a pair limit above 0 (each is a host-side fact; the guest's memory is its own),
+    # found with arrays over the hosts (a few hundred keys times thousands of hosts)
+    r_type = np.array([row[1] for row in rows], dtype=np.int64)
+    r_slots = np.array([row[2] for row in rows], dtype=np.int64)
+    r_ten = np.array([row[3] for row in rows], dtype=np.int64)
+    limits: dict[tuple[int, str], list[list[float]]] = {}  # (class tenant, guest tenant) -> [host][type]
+    usable: dict[tuple[int, tuple[int, ...], int, str], list[int]] = {}
     for negv, jid, key in shareable_jobs[:MAX_GUEST_JOBS] if hosts else []:
         gjob = state.job(jid)
         v = -negv
@@ -583,32 +590,38 @@ def _guest_pairs(
         scanned = 0
         allowed = set(key[2])
         sealed = {}
-        for t in allowed:
+        for t in range(len(types)):
             got = sealed_of.get((gjob.tenant, t))
             if got is None:
                 got = sealed_of[(gjob.tenant, t)] = state.borrow_limit(gjob.tenant, types[t]) == 0
             sealed[t] = got
+        lim = limits.get((key[0], gjob.tenant))
+        if lim is None:
+            # promoted when the host ends, a guest on another tenant's host of a type its tenant
+            # may not borrow would hold GPUs it may not borrow: no limit there (-1)
+            lim = limits[(key[0], gjob.tenant)] = [
+                [
+                    -1.0 if h != key[0] and sealed[t]
+                    else asr.pair_limit(share_limit, ten_ids[h], gjob.tenant, sealed[t])
+                    for t in range(len(types))
+                ]
+                for h in range(len(ten_ids))
+            ]
         ukey = (gjob.gpus, key[2], key[0], gjob.tenant)
         scan = usable.get(ukey)
         if scan is None:
-            scan = usable[ukey] = [
-                (ri, t, ten, hmem, limit)
-                for ri, t, slots, ten, hmem in rows
-                if t in allowed
-                and slots >= gjob.gpus
-                # promoted when the host ends, it would hold GPUs it may not borrow
-                and not (ten != key[0] and sealed[t])
-                and (limit := asr.pair_limit(share_limit, ten_ids[ten], gjob.tenant, sealed[t]))
-                > 0.0
-            ]
+            ok = np.isin(r_type, key[2]) & (r_slots >= gjob.gpus)
+            ok &= np.array(lim, dtype=np.float64)[r_ten, r_type] > 0.0
+            scan = usable[ukey] = np.flatnonzero(ok).tolist()
         # hosts come by memory: once a type's next host leaves no room for the guest's memory,
         # none of that type's later hosts does either
         live = set(allowed)
         need_mem = memory[jid]
         node_bound = bool(gjob.cpu_milli or gjob.memory_mib)
-        for ri, t, ten, hmem, limit in scan:
+        for k in scan:
             if scanned >= MAX_HOSTS_SCANNED or not live:
                 break
+            ri, t, _, ten, hmem = rows[k]
             if t not in live:
                 continue
             if need_mem + hmem > mem_cap[t]:
@@ -619,6 +632,7 @@ def _guest_pairs(
             if node_bound and not _node_holds_guest(recs, host, shape_of(state, gjob, types[t])):
                 continue
             scanned += 1
+            limit = lim[ten][t]
             pair = predictor.predict_pair(state, host, gjob)
             if 1.0 - pair.host_speed > limit or pair.guest_speed < w.min_guest_speed:
                 continue
