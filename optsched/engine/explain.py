@@ -336,10 +336,15 @@ type is too small for it, else None): all its explanation depends on."""
 def queue_kind(state: ClusterState, job: Job) -> Kind:
     """The kind of a queued job; an elastic job is explained at its smallest size (the closest
     it is to starting)."""
-    g = job.size_range[0] if job.is_elastic else job.gpus
-    declared = state.declared_types(job)
-    mem = job.memory_gib if len(state.allowed_types(job)) < len(declared) else None
-    return (job.tenant, g, None if job.gpu_types is None else declared, mem)
+    rigid = job.min_gpus is None and job.max_gpus is None  # the common case: is_elastic unasked
+    g = job.size_range[0] if not rigid and job.is_elastic else job.gpus
+    gt = job.gpu_types
+    declared = state.type_names if gt is None else tuple(gt)
+    # a job that states no memory per GPU fits every declared type (allowed_types unasked)
+    mem = job.memory_gib
+    if mem is not None and len(state.allowed_types(job)) >= len(declared):
+        mem = None
+    return (job.tenant, g, None if gt is None else declared, mem)
 
 
 def held_before(state: ClusterState) -> dict[tuple[str, str], int]:
@@ -388,12 +393,27 @@ def explain(
         ten, g, types, mem = kind
         per_kind[kind] = _explain_queued(led, ten, g, state.type_names if types is None else types, mem)
     out = {jid: per_kind[kind] for jid, kind in zip(queue, kind_of, strict=True)}
-    for jid in queue:
-        never = _never_in_shape(state, state.job(jid))
+    # whether a job could ever start in its shape depends on its shape facts only (one answer
+    # per distinct key, not per job), and jobs of one kind that never can share one explanation
+    jobs, index = state.snapshot.jobs, state.job_index
+    never_of: dict[tuple[Any, ...], tuple[str, str] | None] = {}
+    never_exp: dict[tuple[Kind, tuple[str, str]], Explanation] = {}
+    for jid, kind in zip(queue, kind_of, strict=True):
+        job = jobs[index[jid]]
+        if (job.min_gpus is not None or job.max_gpus is not None) and job.is_elastic:
+            continue  # (_never_in_shape: an elastic job spreads, it always could)
+        key = _shape_key(state, job)
+        if key in never_of:
+            never = never_of[key]
+        else:
+            never = never_of[key] = _never_in_shape(state, job)
         if never is not None:
-            out[jid] = out[jid].model_copy(
-                update={"code": never[0], "binding": never[0], "text": never[1], "blocked_by": []}
-            )
+            e = never_exp.get((kind, never))
+            if e is None:
+                e = never_exp[(kind, never)] = out[jid].model_copy(
+                    update={"code": never[0], "binding": never[0], "text": never[1], "blocked_by": []}
+                )
+            out[jid] = e
     stopped = {x.job: x for x in preempt}
     ev = set(evicted)
     if before is None:
@@ -600,6 +620,22 @@ _NEVER_TEXT = {
     "host_memory": "no node of the type has the {mem} MiB of host memory it asks per node",
     "topology": "no '{level}' domain of the type holds its pieces ({pieces}) on nodes of its own",
 }
+
+
+def _shape_key(state: ClusterState, job: Job) -> tuple[Any, ...]:
+    """All :func:`_never_in_shape` reads of a rigid job: its allowed types and every field
+    :func:`optsched.engine.shape.shape_of` reads."""
+    topo = job.topology
+    return (
+        state.allowed_types(job),
+        job.gpus,
+        job.cpu_milli,
+        job.memory_mib,
+        job.spread,
+        job.gpu_milli,
+        job.gpus_per_node,
+        None if topo is None else (topo.level, topo.mode),
+    )
 
 
 def _never_in_shape(state: ClusterState, job: Job) -> tuple[str, str] | None:
