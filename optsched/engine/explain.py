@@ -120,6 +120,7 @@ class _Outcome:
         self.gains: dict[str, dict[str, int]] = {}
         self.gainer_lists: dict[str, list[str]] = {}
         self.fits: dict[tuple[str, int, str], tuple[TypeFit, str]] = {}
+        self.quota_users: dict[tuple[str, str], tuple[list[str], str]] = {}
         # who starts on each GPU: node -> {gpu: job}, str values only, so these dicts stay out
         # of the garbage collector's sight (a fleet's decision starts on ~10^5 GPUs); a GPU two
         # starts share (never in a checked decision) keeps the others in ``shared``
@@ -294,20 +295,40 @@ class _Outcome:
 
     def on_gpus(self, refs: Sequence[GpuRef]) -> set[str]:
         """Jobs started now on any of the GPUs ``refs``."""
-        on_node = self.on_node
+        on_node, shared = self.on_node, self.shared
         ids: set[str] = set()
         for r in refs:
-            j = on_node.get(r.node, {}).get(r.gpu)
+            per = on_node.get(r.node)
+            if per is None:
+                continue
+            j = per.get(r.gpu)
             if j is not None:
                 ids.add(j)
-                if self.shared:
-                    ids.update(self.shared.get((r.node, r.gpu), ()))
+                if shared:
+                    ids.update(shared.get((r.node, r.gpu), ()))
         return ids
 
-    def takers(self, job_id: str) -> list[str]:
-        """Jobs started now on the GPUs of running job ``job_id``, most valuable first."""
-        ids = self.on_gpus(self.state.job(job_id).allocation or [])
+    def takers(self, job: Job) -> list[str]:
+        """Jobs started now on the GPUs of running job ``job``, most valuable first."""
+        ids = self.on_gpus(job.allocation or [])
         return list(ids) if len(ids) < 2 else sorted(ids, key=self.value)
+
+    def quota_starts(self, t: str, ten: str) -> tuple[list[str], str]:
+        """Tenant ``ten``'s starts on ``t`` not on loan, most valuable first, and what a
+        preempted job's text says of them (the same for each of its jobs preempted on ``t``)."""
+        got = self.quota_users.get((t, ten))
+        if got is None:
+            start_of = self.start_of
+            room = [j for j in self.of_type(t, ten) if not start_of[j].on_loan]
+            if room:
+                text = (
+                    f"; no job started now uses its GPUs; its tenant's in-quota starts on '{t}' use the "
+                    f"quota it held: {self.who(room)}"
+                )
+            else:
+                text = "; no job started now uses its GPUs or its quota"
+            got = self.quota_users[(t, ten)] = (room, text)
+        return got
 
     def who(self, ids: list[str], limit: int | None = MAX_IDS) -> str:
         """``p1 (t1), p2 (t3, on loan), … 12 in all``."""
@@ -784,30 +805,43 @@ def _explain_preempted(
     job = st.job(pr.job)
     ten = job.tenant
     t = st.job_type(job)
-    takers = led.takers(job.id)
+    takers = led.takers(job)
     host = st.host_of.get(job.id)
+    reason = pr.reason
     lender: str | None = None
     binding: Binding
     gone = ""
     if takers:
-        verb = "goes" if job.gpus == 1 else "go"
-        gone = f"; its {_gpus(job.gpus, t)} {verb} to {led.who(takers, None)} started now"
+        n = job.gpus
+        gone = f"; its {_gpus(n, t)} {'goes' if n == 1 else 'go'} to {led.who(takers, None)} started now"
     # jobs started now that its stop made room for on other GPUs of the type (the coordination
     # step of a partitioned epoch frees GPUs and quota anywhere in the fleet for a start)
-    extra: list[str] = []
     if room_for:
-        extra = sorted({j for j in room_for if j in led.start_of} - set(takers), key=led.value)
-    if extra:
-        gone += f"; stopping it makes room for {led.who(extra, None)} started now on other '{t}' GPUs"
-        takers = sorted([*takers, *extra], key=led.value)
+        start_of = led.start_of
+        extra = {j for j in room_for if j in start_of}
+        if takers and extra:
+            extra.difference_update(takers)
+        if extra:
+            more = sorted(extra, key=led.value) if len(extra) > 1 else list(extra)
+            gone += f"; stopping it makes room for {led.who(more, None)} started now on other '{t}' GPUs"
+            takers = sorted([*takers, *more], key=led.value)
     room = takers
-    if pr.reason == PreemptReason.NODE_UNAVAILABLE:
+    if reason == PreemptReason.PRIORITY:  # the common case first (the last branch below)
+        binding = "priority"
+        qos = "best-effort" if job.qos == "best_effort" else job.qos
+        text = f"{'preemptible ' if job.is_preemptible else ''}{qos} job of {ten}"
+        if takers:
+            text += gone
+        else:
+            room, why = led.quota_starts(t, ten)  # (the Explanation copies the list)
+            text += why
+    elif reason == PreemptReason.NODE_UNAVAILABLE:
         alloc = job.allocation or []
         down = sorted({r.node for r in alloc if not st.node_available(r.node)})
         binding = "node_unavailable"
         text = f"node {', '.join(down)} is unavailable (drained or failed), so the job cannot keep running"
         text += gone
-    elif pr.reason == PreemptReason.RECLAIM:
+    elif reason == PreemptReason.RECLAIM:
         q_of = st.quota
         gain = led.gain(t, before)
         # the lender: a tenant (not its own) that uses more of its own quota after the decision,
@@ -836,7 +870,7 @@ def _explain_preempted(
                 f"{led.lend_sum[t] - led.lendable[(ten, t)]} more"
             )
         text += gone
-    elif pr.reason == PreemptReason.INTERFERENCE and host is not None:
+    elif reason == PreemptReason.INTERFERENCE and host is not None:
         hten = st.job(host).tenant
         on = f"MPS guest on the GPUs of {host} (tenant {hten})"
         if job.id in evicted:
@@ -871,16 +905,10 @@ def _explain_preempted(
         if takers:
             text += gone
         else:
-            room = [j for j in led.of_type(t, ten) if not led.start_of[j].on_loan]
-            if room:
-                text += (
-                    f"; no job started now uses its GPUs; its tenant's in-quota starts on '{t}' use the "
-                    f"quota it held: {led.who(room)}"
-                )
-            else:
-                text += "; no job started now uses its GPUs or its quota"
+            room, why = led.quota_starts(t, ten)  # (the Explanation copies the list)
+            text += why
     return Explanation(
-        code=pr.reason.value,
+        code=_REASON_VALUE[reason],
         text=text,
         binding=binding,
         tenant=ten,
@@ -889,6 +917,9 @@ def _explain_preempted(
         lender=lender,
         host=host,
     )
+
+
+_REASON_VALUE = {r: r.value for r in PreemptReason}
 
 
 def _where(refs: list[GpuRef]) -> str:
