@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping, Sequence
+from operator import itemgetter
 from typing import Any
 
 from optsched.engine import assurance as asr
@@ -119,7 +120,8 @@ class _Outcome:
         self.resources: dict[tuple[str, int], Resource] = {}
         self.gains: dict[str, dict[str, int]] = {}
         self.gainer_lists: dict[str, list[str]] = {}
-        self.fits: dict[tuple[str, int, str], tuple[TypeFit, str]] = {}
+        self.fits: dict[tuple[str, int, str], tuple[TypeFit, str, tuple[bool, int, int, int]]] = {}
+        self.started_text: dict[str, str] = {}
         self.quota_users: dict[tuple[str, str], tuple[list[str], str]] = {}
         # who starts on each GPU: node -> {gpu: job}, str values only, so these dicts stay out
         # of the garbage collector's sight (a fleet's decision starts on ~10^5 GPUs); a GPU two
@@ -448,6 +450,20 @@ def explain(
     return out
 
 
+class _DefaultRank(dict[str, tuple[Any, ...]]):
+    """The default rank key of each job id (guaranteed first, then oldest, then id), computed
+    on first lookup (only started jobs are ranked; :func:`explain_decision` fills them in)."""
+
+    def __init__(self, jobs: Sequence[Job], index: Mapping[str, int]) -> None:
+        super().__init__()
+        self.jobs, self.index = jobs, index
+
+    def __missing__(self, j: str) -> tuple[Any, ...]:
+        x = self.jobs[self.index[j]]
+        k = self[j] = (0 if x.qos == "guaranteed" else 1, x.submit_s, j)
+        return k
+
+
 def explain_decision(
     state: ClusterState,
     decision: Decision,
@@ -478,7 +494,7 @@ def explain_decision(
         before[key] += job.gpus
         if jid not in stopped:
             use[key] += size.get(jid, job.gpus)
-    keys: dict[str, tuple[Any, ...]] = {}  # default rank of every start, computed once
+    keys = _DefaultRank(jobs, index)  # default rank of every start, computed once
     for s in decision.start:
         x = jobs[index[s.job]]
         keys[s.job] = (0 if x.qos == "guaranteed" else 1, x.submit_s, s.job)
@@ -487,13 +503,7 @@ def explain_decision(
     limits = asr.share_limits(signal)
     evicted = {g for g in state.host_of if asr.evicted_guest(state, state.job(g), limits)}
     if rank is None:
-
-        def rank(j: str) -> tuple[Any, ...]:
-            k = keys.get(j)
-            if k is None:  # (only started jobs are ranked)
-                x = jobs[index[j]]
-                k = keys[j] = (0 if x.qos == "guaranteed" else 1, x.submit_s, j)
-            return k
+        rank = keys.__getitem__  # (a dict lookup: no Python call per key while sorting)
 
     queue = list(decision.queue)
     kind_of = [queue_kind(state, jobs[index[j]]) for j in queue]
@@ -581,8 +591,10 @@ def _fit_text(led: _Outcome, f: TypeFit, ten: str, g: int) -> str:
     if b == "gang_size":
         return f"'{t}': only {_gpus(f.capacity)} on available nodes, fewer than its gang of {g}"
     if b in ("priority", "capacity"):
-        ids = led.of_type(t)
-        new = f"jobs started now ({led.who(ids)})" if ids else "jobs started now"
+        new = led.started_text.get(t)
+        if new is None:
+            ids = led.of_type(t)
+            new = led.started_text[t] = f"jobs started now ({led.who(ids)})" if ids else "jobs started now"
         old = "running jobs that keep running"
         first, second = (f.started, new), (f.kept, old)
         if b == "capacity":
@@ -684,6 +696,16 @@ def _never_in_shape(state: ClusterState, job: Job) -> tuple[str, str] | None:
     return seen[0][0], "it can never start as asked: " + "; ".join(x for _, x in seen)
 
 
+_BINDING_CODE = {b: r.value for b, r in BINDING_REASON.items()}
+_third = itemgetter(2)
+
+
+def _order(f: TypeFit, tindex: Mapping[str, int]) -> tuple[bool, int, int, int]:
+    """Sort key of a queued job's types: bindings no decision lifts last, then fewest GPUs
+    missing, then the easiest binding to lift, then fleet order."""
+    return (f.binding in _NEVER, f.missing, _RANK[f.binding], tindex[f.gpu_type])
+
+
 def _explain_queued(
     led: _Outcome, ten: str, g: int, allowed: tuple[str, ...], mem: float | None = None
 ) -> Explanation:
@@ -691,25 +713,21 @@ def _explain_queued(
     (its stated memory per GPU) bind on ``gpu_memory``, whatever their numbers."""
     got = []
     gpu_types = led.state.snapshot.gpu_types
+    known, tindex = led.fits, led.tindex
     for t in allowed:
-        ft = led.fits.get((ten, g, t))
+        ft = known.get((ten, g, t))
         if ft is None:
             f = led.fit(ten, g, t)
-            ft = led.fits[(ten, g, t)] = (f, _fit_text(led, f, ten, g))
-        has = gpu_types[t].memory_gib
-        if mem is not None and mem > has + MEMORY_EPS:
-            f = ft[0].model_copy(update={"binding": "gpu_memory", "missing": g})
-            ft = (f, _memory_text(t, has, mem))
+            ft = known[(ten, g, t)] = (f, _fit_text(led, f, ten, g), _order(f, tindex))
+        if mem is not None:
+            has = gpu_types[t].memory_gib
+            if mem > has + MEMORY_EPS:
+                f = ft[0].model_copy(update={"binding": "gpu_memory", "missing": g})
+                ft = (f, _memory_text(t, has, mem), _order(f, tindex))
         got.append(ft)
     if len(got) > 1:
-        tindex = led.tindex
-
-        def order(x: tuple[TypeFit, str]) -> tuple[bool, int, int, int]:
-            f = x[0]
-            return (f.binding in _NEVER, f.missing, _RANK[f.binding], tindex[f.gpu_type])
-
-        got.sort(key=order)
-    fits = [f for f, _ in got]
+        got.sort(key=_third)
+    fits = [x[0] for x in got]
     if not fits:
         return Explanation(
             code=QueueReason.TYPE_UNAVAILABLE.value,
@@ -737,9 +755,9 @@ def _explain_queued(
             f" with {mem:.1f} GiB per GPU; the largest GPU it allows has {largest:.1f} GiB, so it "
             "cannot start on this cluster"
         )
-    text = f"needs {what}. " + ". ".join(text for _, text in got) + "."
+    text = f"needs {what}. " + ". ".join([x[1] for x in got]) + "."
     return Explanation(
-        code=BINDING_REASON[best.binding].value,
+        code=_BINDING_CODE[best.binding],
         text=text,
         binding=best.binding,
         tenant=ten,
