@@ -97,8 +97,10 @@ class _Outcome:
         use: Mapping[tuple[str, str], int],
         loans: list[Loan],
         rank: Rank,
+        tenant_of: Mapping[str, str] | None = None,
     ) -> None:
         self.state = state
+        self.tenant_of = tenant_of or {}
         self.use = use
         self.cap = state.capacity()
         self.tindex = {t: k for k, t in enumerate(state.type_names)}
@@ -122,6 +124,7 @@ class _Outcome:
         self.gainer_lists: dict[str, list[str]] = {}
         self.fits: dict[tuple[str, int, str], tuple[TypeFit, str, tuple[bool, int, int, int]]] = {}
         self.started_text: dict[str, str] = {}
+        self.typefits: dict[tuple[Any, ...], TypeFit] = {}
         self.quota_users: dict[tuple[str, str], tuple[list[str], str]] = {}
         # who starts on each GPU: node -> {gpu: job}, str values only, so these dicts stay out
         # of the garbage collector's sight (a fleet's decision starts on ~10^5 GPUs); a GPU two
@@ -234,24 +237,30 @@ class _Outcome:
             missing = to_borrow - lendable
         else:
             binding, missing = "not_chosen", 0
-        return TypeFit(
-            gpu_type=t,
-            binding=binding,
-            missing=missing,
-            capacity=cap,
-            free=free,
-            started=started,
-            kept=self.total[t] - started,
-            quota=q,
-            use=u,
-            idle_quota=idle,
-            borrowed=li,
-            to_borrow=to_borrow,
-            lendable=lendable,
-            idle_elsewhere=idle_else,
-            borrow_room=room,
-            group=group,
-        )
+        kept = self.total[t] - started
+        # tenants and gangs with the same numbers share one TypeFit (built and validated once)
+        key = (t, binding, missing, q, u, idle, li, to_borrow, lendable, idle_else, room, group)
+        f = self.typefits.get(key)
+        if f is None:
+            f = self.typefits[key] = TypeFit(
+                gpu_type=t,
+                binding=binding,
+                missing=missing,
+                capacity=cap,
+                free=free,
+                started=started,
+                kept=kept,
+                quota=q,
+                use=u,
+                idle_quota=idle,
+                borrowed=li,
+                to_borrow=to_borrow,
+                lendable=lendable,
+                idle_elsewhere=idle_else,
+                borrow_room=room,
+                group=group,
+            )
+        return f
 
     def of_type(self, t: str, ten: str | None = None) -> list[str]:
         """Jobs started now on ``t`` (of tenant ``ten`` if given; MPS guests excluded), most
@@ -264,9 +273,10 @@ class _Outcome:
         per = self.ranked_of.get(t)
         if per is None:  # every tenant's list of the type in one pass
             per = self.ranked_of[t] = defaultdict(list)
-            job = self.state.job
+            job, tenant_of = self.state.job, self.tenant_of
             for j in ids:
-                per[job(j).tenant].append(j)
+                owner = tenant_of.get(j)
+                per[job(j).tenant if owner is None else owner].append(j)
         return per.get(ten, [])
 
     def resource(self, t: str, gpus: int) -> Resource:
@@ -342,7 +352,10 @@ class _Outcome:
                 how = ""
                 if s is not None and (s.colocated_with or s.on_loan):
                     how = ", MPS guest" if s.colocated_with else ", on loan"
-                label = self.labels[j] = f"{j} ({self.state.job(j).tenant}{how})"
+                ten = self.tenant_of.get(j)
+                if ten is None:
+                    ten = self.state.job(j).tenant
+                label = self.labels[j] = f"{j} ({ten}{how})"
             parts.append(label)
         more = f", … {len(ids)} jobs in all" if limit is not None and len(ids) > limit else ""
         return ", ".join(parts) + more
@@ -395,6 +408,7 @@ def explain(
     evicted: Collection[str] = (),
     room_for: Mapping[str, Sequence[str]] | None = None,
     before: Mapping[tuple[str, str], int] | None = None,
+    tenant_of: Mapping[str, str] | None = None,
 ) -> dict[str, Explanation]:
     """An explanation for every queued, every preempted and every resized job, from the final
     decision.
@@ -406,11 +420,12 @@ def explain(
     guests stopped because their host's tenant is at risk, and ``room_for`` names, per
     preempted job, the jobs started now that its stop made room for although they do not use
     its GPUs (the coordination step of a partitioned epoch); ``before`` is
-    :func:`held_before` when the caller has it. Reads nothing else, so it costs one pass over
+    :func:`held_before` when the caller has it, ``tenant_of`` the tenant of (some of) the started
+    jobs. Reads nothing else, so it costs one pass over
     the starts (and the running jobs, for a reclaim) plus a few operations per kind and
     preemption.
     """
-    led = _Outcome(state, starts, use, loans, rank)
+    led = _Outcome(state, starts, use, loans, rank, tenant_of)
     per_kind: dict[Kind, Explanation] = {}
     for kind in dict.fromkeys(kind_of):
         ten, g, types, mem = kind
@@ -495,9 +510,12 @@ def explain_decision(
         if jid not in stopped:
             use[key] += size.get(jid, job.gpus)
     keys = _DefaultRank(jobs, index)  # default rank of every start, computed once
+    tenant_of: dict[str, str] = {}  # and its tenant, for the explanations that list it
     for s in decision.start:
-        x = jobs[index[s.job]]
-        keys[s.job] = (0 if x.qos == "guaranteed" else 1, x.submit_s, s.job)
+        jid = s.job
+        x = jobs[index[jid]]
+        keys[jid] = (0 if x.qos == "guaranteed" else 1, x.submit_s, jid)
+        tenant_of[jid] = x.tenant
         if not s.colocated_with:
             use[(x.tenant, node_type(s.allocation[0].node))] += len(s.allocation)
     limits = asr.share_limits(signal)
@@ -510,7 +528,7 @@ def explain_decision(
     out = explain(
         state, list(decision.start), list(decision.preempt), use, list(decision.loans),
         queue, kind_of, signal, list(decision.resize),
-        rank=rank, evicted=evicted, room_for=room_for, before=before,
+        rank=rank, evicted=evicted, room_for=room_for, before=before, tenant_of=tenant_of,
     )
     # best-effort jobs whose every type a cap-starved tenant's guaranteed jobs wait for are held
     # back (the rule of the problem's held_back)
