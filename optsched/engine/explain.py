@@ -59,6 +59,19 @@ BINDING_REASON: dict[str, QueueReason] = {
 }
 """The queue reason of each binding constraint of a queued job's best GPU type."""
 
+_QUEUE_REASON = {r.value: r for r in QueueReason}
+
+
+def queue_reasons(explanations: Mapping[str, Explanation], queue: Sequence[str]) -> dict[str, QueueReason]:
+    """Each queued job's queue reason: the code of its explanation (a table lookup, not an enum
+    call per job: a fleet's decision queues ~3*10^4 jobs)."""
+    out: dict[str, QueueReason] = {}
+    for jid in queue:
+        code = explanations[jid].code
+        reason = _QUEUE_REASON.get(code)
+        out[jid] = QueueReason(code) if reason is None else reason  # (the call raises on a bad code)
+    return out
+
 
 # explanations ---------------------------------------------------------------------------------
 
