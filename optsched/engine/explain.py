@@ -433,10 +433,9 @@ def explain(
     guests stopped because their host's tenant is at risk, and ``room_for`` names, per
     preempted job, the jobs started now that its stop made room for although they do not use
     its GPUs (the coordination step of a partitioned epoch); ``before`` is
-    :func:`held_before` when the caller has it, ``tenant_of`` the tenant of (some of) the started
-    jobs. Reads nothing else, so it costs one pass over
-    the starts (and the running jobs, for a reclaim) plus a few operations per kind and
-    preemption.
+    :func:`held_before` and ``tenant_of`` the tenant of each started job when the caller has
+    them (a job it leaves out is looked up). Reads nothing else, so it costs one pass over the
+    starts (and the running jobs, for a reclaim) plus a few operations per kind and preemption.
     """
     led = _Outcome(state, starts, use, loans, rank, tenant_of)
     per_kind: dict[Kind, Explanation] = {}
