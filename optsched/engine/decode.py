@@ -25,7 +25,7 @@ from collections import defaultdict
 
 from optsched.engine import assurance as asr
 from optsched.engine.check import over_quota_note
-from optsched.engine.explain import Kind, explain, explain_held_back, queue_kind
+from optsched.engine.explain import Kind, explain, explain_held_back, queue_kind, queue_reasons
 from optsched.engine.ledger import NodePool, derive_loans, kept_over_quota, shrink_keeps
 from optsched.engine.problem import Assignment, EpochProblem
 from optsched.engine.state import ClusterState, GpuKey
@@ -37,7 +37,6 @@ from optsched.schema.decision import (
     Loan,
     Preempt,
     PreemptReason,
-    QueueReason,
     Resize,
     ResizeReason,
     SolverInfo,
@@ -97,7 +96,7 @@ def to_decision(
         preempt=preempt,
         resize=resizes,
         queue=queue,
-        queue_reasons={jid: QueueReason(explanations[jid].code) for jid in queue},
+        queue_reasons=queue_reasons(explanations, queue),
         explanations=explanations,
         loans=loans,
         kept_over_quota=kept_over_quota(uncovered),

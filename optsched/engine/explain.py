@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping, Sequence
+from operator import itemgetter
 from typing import Any
 
 from optsched.engine import assurance as asr
@@ -57,6 +58,19 @@ BINDING_REASON: dict[str, QueueReason] = {
     "gpu_memory": QueueReason.GPU_MEMORY,
 }
 """The queue reason of each binding constraint of a queued job's best GPU type."""
+
+_QUEUE_REASON = {r.value: r for r in QueueReason}
+
+
+def queue_reasons(explanations: Mapping[str, Explanation], queue: Sequence[str]) -> dict[str, QueueReason]:
+    """Each queued job's queue reason: the code of its explanation (a table lookup, not an enum
+    call per job: a fleet's decision queues ~3*10^4 jobs)."""
+    out: dict[str, QueueReason] = {}
+    for jid in queue:
+        code = explanations[jid].code
+        reason = _QUEUE_REASON.get(code)
+        out[jid] = QueueReason(code) if reason is None else reason  # (the call raises on a bad code)
+    return out
 
 
 # explanations ---------------------------------------------------------------------------------
@@ -96,8 +110,10 @@ class _Outcome:
         use: Mapping[tuple[str, str], int],
         loans: list[Loan],
         rank: Rank,
+        tenant_of: Mapping[str, str] | None = None,
     ) -> None:
         self.state = state
+        self.tenant_of = tenant_of or {}
         self.use = use
         self.cap = state.capacity()
         self.tindex = {t: k for k, t in enumerate(state.type_names)}
@@ -119,7 +135,10 @@ class _Outcome:
         self.resources: dict[tuple[str, int], Resource] = {}
         self.gains: dict[str, dict[str, int]] = {}
         self.gainer_lists: dict[str, list[str]] = {}
-        self.fits: dict[tuple[str, int, str], tuple[TypeFit, str]] = {}
+        self.fits: dict[tuple[str, int, str], tuple[TypeFit, str, tuple[bool, int, int, int]]] = {}
+        self.started_text: dict[str, str] = {}
+        self.typefits: dict[tuple[Any, ...], TypeFit] = {}
+        self.quota_users: dict[tuple[str, str], tuple[list[str], str]] = {}
         # who starts on each GPU: node -> {gpu: job}, str values only, so these dicts stay out
         # of the garbage collector's sight (a fleet's decision starts on ~10^5 GPUs); a GPU two
         # starts share (never in a checked decision) keeps the others in ``shared``
@@ -231,24 +250,30 @@ class _Outcome:
             missing = to_borrow - lendable
         else:
             binding, missing = "not_chosen", 0
-        return TypeFit(
-            gpu_type=t,
-            binding=binding,
-            missing=missing,
-            capacity=cap,
-            free=free,
-            started=started,
-            kept=self.total[t] - started,
-            quota=q,
-            use=u,
-            idle_quota=idle,
-            borrowed=li,
-            to_borrow=to_borrow,
-            lendable=lendable,
-            idle_elsewhere=idle_else,
-            borrow_room=room,
-            group=group,
-        )
+        kept = self.total[t] - started
+        # tenants and gangs with the same numbers share one TypeFit (built and validated once)
+        key = (t, binding, missing, q, u, idle, li, to_borrow, lendable, idle_else, room, group)
+        f = self.typefits.get(key)
+        if f is None:
+            f = self.typefits[key] = TypeFit(
+                gpu_type=t,
+                binding=binding,
+                missing=missing,
+                capacity=cap,
+                free=free,
+                started=started,
+                kept=kept,
+                quota=q,
+                use=u,
+                idle_quota=idle,
+                borrowed=li,
+                to_borrow=to_borrow,
+                lendable=lendable,
+                idle_elsewhere=idle_else,
+                borrow_room=room,
+                group=group,
+            )
+        return f
 
     def of_type(self, t: str, ten: str | None = None) -> list[str]:
         """Jobs started now on ``t`` (of tenant ``ten`` if given; MPS guests excluded), most
@@ -261,9 +286,10 @@ class _Outcome:
         per = self.ranked_of.get(t)
         if per is None:  # every tenant's list of the type in one pass
             per = self.ranked_of[t] = defaultdict(list)
-            job = self.state.job
+            job, tenant_of = self.state.job, self.tenant_of
             for j in ids:
-                per[job(j).tenant].append(j)
+                owner = tenant_of.get(j)
+                per[job(j).tenant if owner is None else owner].append(j)
         return per.get(ten, [])
 
     def resource(self, t: str, gpus: int) -> Resource:
@@ -294,20 +320,40 @@ class _Outcome:
 
     def on_gpus(self, refs: Sequence[GpuRef]) -> set[str]:
         """Jobs started now on any of the GPUs ``refs``."""
-        on_node = self.on_node
+        on_node, shared = self.on_node, self.shared
         ids: set[str] = set()
         for r in refs:
-            j = on_node.get(r.node, {}).get(r.gpu)
+            per = on_node.get(r.node)
+            if per is None:
+                continue
+            j = per.get(r.gpu)
             if j is not None:
                 ids.add(j)
-                if self.shared:
-                    ids.update(self.shared.get((r.node, r.gpu), ()))
+                if shared:
+                    ids.update(shared.get((r.node, r.gpu), ()))
         return ids
 
-    def takers(self, job_id: str) -> list[str]:
-        """Jobs started now on the GPUs of running job ``job_id``, most valuable first."""
-        ids = self.on_gpus(self.state.job(job_id).allocation or [])
+    def takers(self, job: Job) -> list[str]:
+        """Jobs started now on the GPUs of running job ``job``, most valuable first."""
+        ids = self.on_gpus(job.allocation or [])
         return list(ids) if len(ids) < 2 else sorted(ids, key=self.value)
+
+    def quota_starts(self, t: str, ten: str) -> tuple[list[str], str]:
+        """Tenant ``ten``'s starts on ``t`` not on loan, most valuable first, and what a
+        preempted job's text says of them (the same for each of its jobs preempted on ``t``)."""
+        got = self.quota_users.get((t, ten))
+        if got is None:
+            start_of = self.start_of
+            room = [j for j in self.of_type(t, ten) if not start_of[j].on_loan]
+            if room:
+                text = (
+                    f"; no job started now uses its GPUs; its tenant's in-quota starts on '{t}' use the "
+                    f"quota it held: {self.who(room)}"
+                )
+            else:
+                text = "; no job started now uses its GPUs or its quota"
+            got = self.quota_users[(t, ten)] = (room, text)
+        return got
 
     def who(self, ids: list[str], limit: int | None = MAX_IDS) -> str:
         """``p1 (t1), p2 (t3, on loan), … 12 in all``."""
@@ -319,7 +365,10 @@ class _Outcome:
                 how = ""
                 if s is not None and (s.colocated_with or s.on_loan):
                     how = ", MPS guest" if s.colocated_with else ", on loan"
-                label = self.labels[j] = f"{j} ({self.state.job(j).tenant}{how})"
+                ten = self.tenant_of.get(j)
+                if ten is None:
+                    ten = self.state.job(j).tenant
+                label = self.labels[j] = f"{j} ({ten}{how})"
             parts.append(label)
         more = f", … {len(ids)} jobs in all" if limit is not None and len(ids) > limit else ""
         return ", ".join(parts) + more
@@ -336,10 +385,15 @@ type is too small for it, else None): all its explanation depends on."""
 def queue_kind(state: ClusterState, job: Job) -> Kind:
     """The kind of a queued job; an elastic job is explained at its smallest size (the closest
     it is to starting)."""
-    g = job.size_range[0] if job.is_elastic else job.gpus
-    declared = state.declared_types(job)
-    mem = job.memory_gib if len(state.allowed_types(job)) < len(declared) else None
-    return (job.tenant, g, None if job.gpu_types is None else declared, mem)
+    rigid = job.min_gpus is None and job.max_gpus is None  # the common case: is_elastic unasked
+    g = job.size_range[0] if not rigid and job.is_elastic else job.gpus
+    gt = job.gpu_types
+    declared = state.type_names if gt is None else tuple(gt)
+    # a job that states no memory per GPU fits every declared type (allowed_types unasked)
+    mem = job.memory_gib
+    if mem is not None and len(state.allowed_types(job)) >= len(declared):
+        mem = None
+    return (job.tenant, g, None if gt is None else declared, mem)
 
 
 def held_before(state: ClusterState) -> dict[tuple[str, str], int]:
@@ -367,6 +421,7 @@ def explain(
     evicted: Collection[str] = (),
     room_for: Mapping[str, Sequence[str]] | None = None,
     before: Mapping[tuple[str, str], int] | None = None,
+    tenant_of: Mapping[str, str] | None = None,
 ) -> dict[str, Explanation]:
     """An explanation for every queued, every preempted and every resized job, from the final
     decision.
@@ -378,22 +433,37 @@ def explain(
     guests stopped because their host's tenant is at risk, and ``room_for`` names, per
     preempted job, the jobs started now that its stop made room for although they do not use
     its GPUs (the coordination step of a partitioned epoch); ``before`` is
-    :func:`held_before` when the caller has it. Reads nothing else, so it costs one pass over
-    the starts (and the running jobs, for a reclaim) plus a few operations per kind and
-    preemption.
+    :func:`held_before` and ``tenant_of`` the tenant of each started job when the caller has
+    them (a job it leaves out is looked up). Reads nothing else, so it costs one pass over the
+    starts (and the running jobs, for a reclaim) plus a few operations per kind and preemption.
     """
-    led = _Outcome(state, starts, use, loans, rank)
+    led = _Outcome(state, starts, use, loans, rank, tenant_of)
     per_kind: dict[Kind, Explanation] = {}
     for kind in dict.fromkeys(kind_of):
         ten, g, types, mem = kind
         per_kind[kind] = _explain_queued(led, ten, g, state.type_names if types is None else types, mem)
     out = {jid: per_kind[kind] for jid, kind in zip(queue, kind_of, strict=True)}
-    for jid in queue:
-        never = _never_in_shape(state, state.job(jid))
+    # whether a job could ever start in its shape depends on its shape facts only (one answer
+    # per distinct key, not per job), and jobs of one kind that never can share one explanation
+    jobs, index = state.snapshot.jobs, state.job_index
+    never_of: dict[tuple[Any, ...], tuple[str, str] | None] = {}
+    never_exp: dict[tuple[Kind, tuple[str, str]], Explanation] = {}
+    for jid, kind in zip(queue, kind_of, strict=True):
+        job = jobs[index[jid]]
+        if (job.min_gpus is not None or job.max_gpus is not None) and job.is_elastic:
+            continue  # (_never_in_shape: an elastic job spreads, it always could)
+        key = _shape_key(state, job)
+        if key in never_of:
+            never = never_of[key]
+        else:
+            never = never_of[key] = _never_in_shape(state, job)
         if never is not None:
-            out[jid] = out[jid].model_copy(
-                update={"code": never[0], "binding": never[0], "text": never[1], "blocked_by": []}
-            )
+            e = never_exp.get((kind, never))
+            if e is None:
+                e = never_exp[(kind, never)] = out[jid].model_copy(
+                    update={"code": never[0], "binding": never[0], "text": never[1], "blocked_by": []}
+                )
+            out[jid] = e
     stopped = {x.job: x for x in preempt}
     ev = set(evicted)
     if before is None:
@@ -405,6 +475,20 @@ def explain(
     for rz in resizes or ():
         out[rz.job] = _explain_resized(led, rz)
     return out
+
+
+class _DefaultRank(dict[str, tuple[Any, ...]]):
+    """The default rank key of each job id (guaranteed first, then oldest, then id), computed
+    on first lookup (only started jobs are ranked; :func:`explain_decision` fills them in)."""
+
+    def __init__(self, jobs: Sequence[Job], index: Mapping[str, int]) -> None:
+        super().__init__()
+        self.jobs, self.index = jobs, index
+
+    def __missing__(self, j: str) -> tuple[Any, ...]:
+        x = self.jobs[self.index[j]]
+        k = self[j] = (0 if x.qos == "guaranteed" else 1, x.submit_s, j)
+        return k
 
 
 def explain_decision(
@@ -437,29 +521,26 @@ def explain_decision(
         before[key] += job.gpus
         if jid not in stopped:
             use[key] += size.get(jid, job.gpus)
-    keys: dict[str, tuple[Any, ...]] = {}  # default rank of every start, computed once
+    keys = _DefaultRank(jobs, index)  # default rank of every start, computed once
+    tenant_of: dict[str, str] = {}  # and its tenant, for the explanations that list it
     for s in decision.start:
-        x = jobs[index[s.job]]
-        keys[s.job] = (0 if x.qos == "guaranteed" else 1, x.submit_s, s.job)
+        jid = s.job
+        x = jobs[index[jid]]
+        keys[jid] = (0 if x.qos == "guaranteed" else 1, x.submit_s, jid)
+        tenant_of[jid] = x.tenant
         if not s.colocated_with:
             use[(x.tenant, node_type(s.allocation[0].node))] += len(s.allocation)
     limits = asr.share_limits(signal)
     evicted = {g for g in state.host_of if asr.evicted_guest(state, state.job(g), limits)}
     if rank is None:
-
-        def rank(j: str) -> tuple[Any, ...]:
-            k = keys.get(j)
-            if k is None:  # (only started jobs are ranked)
-                x = jobs[index[j]]
-                k = keys[j] = (0 if x.qos == "guaranteed" else 1, x.submit_s, j)
-            return k
+        rank = keys.__getitem__  # (a dict lookup: no Python call per key while sorting)
 
     queue = list(decision.queue)
     kind_of = [queue_kind(state, jobs[index[j]]) for j in queue]
     out = explain(
         state, list(decision.start), list(decision.preempt), use, list(decision.loans),
         queue, kind_of, signal, list(decision.resize),
-        rank=rank, evicted=evicted, room_for=room_for, before=before,
+        rank=rank, evicted=evicted, room_for=room_for, before=before, tenant_of=tenant_of,
     )
     # best-effort jobs whose every type a cap-starved tenant's guaranteed jobs wait for are held
     # back (the rule of the problem's held_back)
@@ -540,8 +621,10 @@ def _fit_text(led: _Outcome, f: TypeFit, ten: str, g: int) -> str:
     if b == "gang_size":
         return f"'{t}': only {_gpus(f.capacity)} on available nodes, fewer than its gang of {g}"
     if b in ("priority", "capacity"):
-        ids = led.of_type(t)
-        new = f"jobs started now ({led.who(ids)})" if ids else "jobs started now"
+        new = led.started_text.get(t)
+        if new is None:
+            ids = led.of_type(t)
+            new = led.started_text[t] = f"jobs started now ({led.who(ids)})" if ids else "jobs started now"
         old = "running jobs that keep running"
         first, second = (f.started, new), (f.kept, old)
         if b == "capacity":
@@ -602,6 +685,22 @@ _NEVER_TEXT = {
 }
 
 
+def _shape_key(state: ClusterState, job: Job) -> tuple[Any, ...]:
+    """All :func:`_never_in_shape` reads of a rigid job: its allowed types and every field
+    :func:`optsched.engine.shape.shape_of` reads."""
+    topo = job.topology
+    return (
+        state.allowed_types(job),
+        job.gpus,
+        job.cpu_milli,
+        job.memory_mib,
+        job.spread,
+        job.gpu_milli,
+        job.gpus_per_node,
+        None if topo is None else (topo.level, topo.mode),
+    )
+
+
 def _never_in_shape(state: ClusterState, job: Job) -> tuple[str, str] | None:
     """The queue reason and text of a job that no available node (or topology domain) of any
     of its allowed types that has GPUs could ever hold in its shape, however empty the cluster
@@ -627,6 +726,16 @@ def _never_in_shape(state: ClusterState, job: Job) -> tuple[str, str] | None:
     return seen[0][0], "it can never start as asked: " + "; ".join(x for _, x in seen)
 
 
+_BINDING_CODE = {b: r.value for b, r in BINDING_REASON.items()}
+_third = itemgetter(2)
+
+
+def _order(f: TypeFit, tindex: Mapping[str, int]) -> tuple[bool, int, int, int]:
+    """Sort key of a queued job's types: bindings no decision lifts last, then fewest GPUs
+    missing, then the easiest binding to lift, then fleet order."""
+    return (f.binding in _NEVER, f.missing, _RANK[f.binding], tindex[f.gpu_type])
+
+
 def _explain_queued(
     led: _Outcome, ten: str, g: int, allowed: tuple[str, ...], mem: float | None = None
 ) -> Explanation:
@@ -634,25 +743,21 @@ def _explain_queued(
     (its stated memory per GPU) bind on ``gpu_memory``, whatever their numbers."""
     got = []
     gpu_types = led.state.snapshot.gpu_types
+    known, tindex = led.fits, led.tindex
     for t in allowed:
-        ft = led.fits.get((ten, g, t))
+        ft = known.get((ten, g, t))
         if ft is None:
             f = led.fit(ten, g, t)
-            ft = led.fits[(ten, g, t)] = (f, _fit_text(led, f, ten, g))
-        has = gpu_types[t].memory_gib
-        if mem is not None and mem > has + MEMORY_EPS:
-            f = ft[0].model_copy(update={"binding": "gpu_memory", "missing": g})
-            ft = (f, _memory_text(t, has, mem))
+            ft = known[(ten, g, t)] = (f, _fit_text(led, f, ten, g), _order(f, tindex))
+        if mem is not None:
+            has = gpu_types[t].memory_gib
+            if mem > has + MEMORY_EPS:
+                f = ft[0].model_copy(update={"binding": "gpu_memory", "missing": g})
+                ft = (f, _memory_text(t, has, mem), _order(f, tindex))
         got.append(ft)
     if len(got) > 1:
-        tindex = led.tindex
-
-        def order(x: tuple[TypeFit, str]) -> tuple[bool, int, int, int]:
-            f = x[0]
-            return (f.binding in _NEVER, f.missing, _RANK[f.binding], tindex[f.gpu_type])
-
-        got.sort(key=order)
-    fits = [f for f, _ in got]
+        got.sort(key=_third)
+    fits = [x[0] for x in got]
     if not fits:
         return Explanation(
             code=QueueReason.TYPE_UNAVAILABLE.value,
@@ -680,9 +785,9 @@ def _explain_queued(
             f" with {mem:.1f} GiB per GPU; the largest GPU it allows has {largest:.1f} GiB, so it "
             "cannot start on this cluster"
         )
-    text = f"needs {what}. " + ". ".join(text for _, text in got) + "."
+    text = f"needs {what}. " + ". ".join([x[1] for x in got]) + "."
     return Explanation(
-        code=BINDING_REASON[best.binding].value,
+        code=_BINDING_CODE[best.binding],
         text=text,
         binding=best.binding,
         tenant=ten,
@@ -748,30 +853,43 @@ def _explain_preempted(
     job = st.job(pr.job)
     ten = job.tenant
     t = st.job_type(job)
-    takers = led.takers(job.id)
+    takers = led.takers(job)
     host = st.host_of.get(job.id)
+    reason = pr.reason
     lender: str | None = None
     binding: Binding
     gone = ""
     if takers:
-        verb = "goes" if job.gpus == 1 else "go"
-        gone = f"; its {_gpus(job.gpus, t)} {verb} to {led.who(takers, None)} started now"
+        n = job.gpus
+        gone = f"; its {_gpus(n, t)} {'goes' if n == 1 else 'go'} to {led.who(takers, None)} started now"
     # jobs started now that its stop made room for on other GPUs of the type (the coordination
     # step of a partitioned epoch frees GPUs and quota anywhere in the fleet for a start)
-    extra: list[str] = []
     if room_for:
-        extra = sorted({j for j in room_for if j in led.start_of} - set(takers), key=led.value)
-    if extra:
-        gone += f"; stopping it makes room for {led.who(extra, None)} started now on other '{t}' GPUs"
-        takers = sorted([*takers, *extra], key=led.value)
+        start_of = led.start_of
+        extra = {j for j in room_for if j in start_of}
+        if takers and extra:
+            extra.difference_update(takers)
+        if extra:
+            more = sorted(extra, key=led.value) if len(extra) > 1 else list(extra)
+            gone += f"; stopping it makes room for {led.who(more, None)} started now on other '{t}' GPUs"
+            takers = sorted([*takers, *more], key=led.value)
     room = takers
-    if pr.reason == PreemptReason.NODE_UNAVAILABLE:
+    if reason == PreemptReason.PRIORITY:  # the common case first (the last branch below)
+        binding = "priority"
+        qos = "best-effort" if job.qos == "best_effort" else job.qos
+        text = f"{'preemptible ' if job.is_preemptible else ''}{qos} job of {ten}"
+        if takers:
+            text += gone
+        else:
+            room, why = led.quota_starts(t, ten)  # (the Explanation copies the list)
+            text += why
+    elif reason == PreemptReason.NODE_UNAVAILABLE:
         alloc = job.allocation or []
         down = sorted({r.node for r in alloc if not st.node_available(r.node)})
         binding = "node_unavailable"
         text = f"node {', '.join(down)} is unavailable (drained or failed), so the job cannot keep running"
         text += gone
-    elif pr.reason == PreemptReason.RECLAIM:
+    elif reason == PreemptReason.RECLAIM:
         q_of = st.quota
         gain = led.gain(t, before)
         # the lender: a tenant (not its own) that uses more of its own quota after the decision,
@@ -800,7 +918,7 @@ def _explain_preempted(
                 f"{led.lend_sum[t] - led.lendable[(ten, t)]} more"
             )
         text += gone
-    elif pr.reason == PreemptReason.INTERFERENCE and host is not None:
+    elif reason == PreemptReason.INTERFERENCE and host is not None:
         hten = st.job(host).tenant
         on = f"MPS guest on the GPUs of {host} (tenant {hten})"
         if job.id in evicted:
@@ -835,16 +953,10 @@ def _explain_preempted(
         if takers:
             text += gone
         else:
-            room = [j for j in led.of_type(t, ten) if not led.start_of[j].on_loan]
-            if room:
-                text += (
-                    f"; no job started now uses its GPUs; its tenant's in-quota starts on '{t}' use the "
-                    f"quota it held: {led.who(room)}"
-                )
-            else:
-                text += "; no job started now uses its GPUs or its quota"
+            room, why = led.quota_starts(t, ten)  # (the Explanation copies the list)
+            text += why
     return Explanation(
-        code=pr.reason.value,
+        code=_REASON_VALUE[reason],
         text=text,
         binding=binding,
         tenant=ten,
@@ -853,6 +965,9 @@ def _explain_preempted(
         lender=lender,
         host=host,
     )
+
+
+_REASON_VALUE = {r: r.value for r in PreemptReason}
 
 
 def _where(refs: list[GpuRef]) -> str:

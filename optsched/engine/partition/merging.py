@@ -45,7 +45,7 @@ from typing import Literal
 
 from optsched.engine import assurance as asr
 from optsched.engine.check import over_quota_note
-from optsched.engine.explain import explain_decision
+from optsched.engine.explain import explain_decision, queue_reasons
 from optsched.engine.ledger import NodePool, derive_loans, kept_over_quota
 from optsched.engine.node_loss import lend_limits_after_node_loss, restart_types
 from optsched.engine.partition.running import PartResult
@@ -58,7 +58,6 @@ from optsched.schema.decision import (
     Loan,
     Preempt,
     PreemptReason,
-    QueueReason,
     SolverInfo,
     Start,
 )
@@ -172,7 +171,7 @@ def explain_merged(
     step stopped, the start it made room for. Changes nothing else of the decision."""
     exps = explain_decision(state, decision, signal, room_for=room_for)
     decision.explanations = exps
-    decision.queue_reasons = {jid: QueueReason(exps[jid].code) for jid in decision.queue}
+    decision.queue_reasons = queue_reasons(exps, decision.queue)
 
 
 def _collect(results: list[PartResult]) -> tuple[list[Start], list[Preempt], dict[str, JobPrediction]]:
