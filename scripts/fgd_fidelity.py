@@ -24,11 +24,13 @@ arrived), the placed pods, and how many pods went to the same node in both.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -191,6 +193,13 @@ def in_tie_order(nodes: Nodes, ranks: list[int]) -> Nodes:
     return nodes.take(sorted(range(len(nodes)), key=lambda i: rank[nodes.names[i]]))
 
 
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """Stop ``proc`` and every process it started (its process group), and reap it."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
 def run_artifact(a: argparse.Namespace, inputs: Path, run_dir: Path, policy: str) -> float:
     sim = a.simulator.resolve()
     if run_dir.exists():
@@ -200,12 +209,18 @@ def run_artifact(a: argparse.Namespace, inputs: Path, run_dir: Path, policy: str
            "-f", str(inputs.resolve()), *ARTIFACT_FLAGS[policy], "--shuffle-pod=false"]
     t0 = time.perf_counter()
     with open(run_dir / "terminal.out", "w") as fh:
+        # its own process group: the run script starts ``bin/simon`` as a child of its own, and a
+        # timeout (or Ctrl-C) must stop that one too, not leave it running without a parent
+        proc = subprocess.Popen(cmd, cwd=sim, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            rc = subprocess.run(cmd, cwd=sim, stdout=fh, stderr=subprocess.STDOUT,
-                                timeout=a.timeout).returncode
+            rc = proc.wait(timeout=a.timeout)
         except subprocess.TimeoutExpired:
+            _kill_group(proc)
             print(f"error: the simulator ran past --timeout {a.timeout} s; see {run_dir}", file=sys.stderr)
             raise SystemExit(1) from None
+        except BaseException:
+            _kill_group(proc)
+            raise
     if rc != 0:
         print(f"error: the simulator failed (exit {rc}); see {run_dir / 'terminal.out'}", file=sys.stderr)
         raise SystemExit(1)

@@ -85,3 +85,36 @@ def test_bad_simulator_exits_2_naming_it(
     assert exc.value.code == 2
     assert "error: --simulator:" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_a_timeout_stops_the_simulator_the_run_script_started(ff: ModuleType, tmp_path: Path) -> None:
+    """The run script starts ``bin/simon`` as its own child: past ``--timeout`` both stop (a
+    timeout that killed only the script left the simulator running without a parent)."""
+    import argparse
+    import os
+    import time
+
+    sim = tmp_path / "sim"
+    (sim / "scripts").mkdir(parents=True)
+    pid_file = tmp_path / "grandchild.pid"
+    (sim / "scripts" / "generate_config_and_run.py").write_text(
+        "import subprocess, sys, time\n"
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        f"open({str(pid_file)!r}, 'w').write(str(p.pid))\n"
+        "time.sleep(60)\n"
+    )
+    a = argparse.Namespace(simulator=sim, python=sys.executable, timeout=3.0)
+    with pytest.raises(SystemExit):
+        ff.run_artifact(a, tmp_path / "inputs", tmp_path / "run", "fgd")
+    pid = int(pid_file.read_text())
+    for _ in range(50):  # killed at once; reaped by init a moment later
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        with open(f"/proc/{pid}/stat") as fh:
+            if fh.read().split()[2] == "Z":  # a zombie has stopped running
+                break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"the simulator's process {pid} still runs after the timeout")
