@@ -74,7 +74,7 @@ from optsched.engine.workflows.check import (
     effective_state,
     lent_devices,
 )
-from optsched.schema.decision import Decision, PreemptReason, Reservation, ResizeReason
+from optsched.schema.decision import Decision, PreemptReason, Reservation, ResizeReason, Start
 from optsched.schema.limits import MILLI_PER_GPU
 from optsched.schema.snapshot import GpuRef, GpuType, Job
 
@@ -159,6 +159,13 @@ class _After:
     """job id -> its ``gpu_milli``, for the fractional jobs among those of ``tenant_of``."""
     run_facts: dict[str, tuple[str, bool, int, str]]
     """running job id -> (``qos``, ``on_loan``, ``gpus``, GPU type) as the snapshot has them."""
+    start_loan: dict[str, bool]
+    """started job id -> ``on_loan`` of its last entry in ``decision.start``."""
+    colocated: list[Start]
+    """The entries of ``decision.start`` with ``colocated_with``, in order (known jobs or not)."""
+    start_rows: list[tuple[int, Start, Job, list[GpuKey]]]
+    """(index in ``decision.start``, the entry, its job, its GPUs) for each entry of a known job,
+    in order: the checks read the GPUs from here rather than from the entries again."""
 
     @functools.cached_property
     def shared(self) -> list[tuple[GpuKey, list[str]]]:
@@ -313,6 +320,9 @@ def _after(state: ClusterState, decision: Decision) -> _After:
     tenant_of: dict[str, str] = {}
     milli_of: dict[str, int] = {}
     run_facts: dict[str, tuple[str, bool, int, str]] = {}
+    start_loan: dict[str, bool] = {}
+    colocated: list[Start] = []
+    start_rows: list[tuple[int, Start, Job, list[GpuKey]]] = []
 
     def release(jid: str, refs: list[GpuRef]) -> None:
         for ref in refs:
@@ -364,21 +374,25 @@ def _after(state: ClusterState, decision: Decision) -> _After:
     started: dict[str, Job] = {}
     jobs = state.snapshot.jobs
     jix = state.job_index
-    for s in decision.start:
+    for k, s in enumerate(decision.start):
         sj = s.job
+        if s.colocated_with:
+            colocated.append(s)
         i = jix.get(sj)
         if i is None:
             continue
         job = jobs[i]
         started[sj] = job
+        start_loan[sj] = s.on_loan
         tenant_of[sj] = job.tenant
         m = job.gpu_milli
         if m is not None and m < MILLI_PER_GPU:
             milli_of[sj] = m
         alloc = s.allocation
         sizes[sj] = len(alloc)
-        for ref in alloc:  # take(sj, alloc), inline
-            key = (ref.node, ref.gpu)
+        keys = [(ref.node, ref.gpu) for ref in alloc]
+        start_rows.append((k, s, job, keys))
+        for key in keys:  # take(sj, alloc), inline
             ids = holders.get(key)
             if ids:
                 holders[key] = [*ids, sj]
@@ -387,7 +401,7 @@ def _after(state: ClusterState, decision: Decision) -> _After:
                 holders[key] = [sj]
         if s.colocated_with:
             guests[sj] = list(s.colocated_with)
-        if alloc and (t := node_types.get(alloc[0].node)) is not None:
+        if keys and (t := node_types.get(keys[0][0])) is not None:
             types[sj] = t
     # hosts first on each GPU given to a job while another held it (any other GPU the decision
     # gives holds one job, or none)
@@ -409,6 +423,9 @@ def _after(state: ClusterState, decision: Decision) -> _After:
         tenant_of,
         milli_of,
         run_facts,
+        start_loan,
+        colocated,
+        start_rows,
     )
 
 
@@ -522,12 +539,8 @@ def check_placement(state: ClusterState, decision: Decision, after: _After) -> l
     nodes = state.snapshot.nodes
     pool = state.pool_gpus
     type_mem = {name: gt.memory_gib for name, gt in state.snapshot.gpu_types.items()}
-    for s in decision.start:
+    for _, s, job, keys in after.start_rows:  # (a start of an unknown job is invariant 5's)
         sj = s.job
-        i = jix.get(sj)
-        if i is None:
-            continue  # reported by invariant 5
-        job = jobs[i]
         if sj in seen_start:
             out.append(Violation(2, f"job '{sj}' is started twice", (sj,)))
             continue
@@ -546,7 +559,6 @@ def check_placement(state: ClusterState, decision: Decision, after: _After) -> l
                 f"allowed sizes {lo}..{hi} in steps of {job.gpus_step}"
             )
             out.append(Violation(2, f"job '{sj}' gets {n_alloc} GPUs, {asks}", (sj,)))
-        keys = [(r.node, r.gpu) for r in alloc]
         if n_alloc > 1 and len(set(keys)) != n_alloc:
             out.append(Violation(2, f"job '{sj}' lists a GPU twice", (sj,)))
         types: set[str] = set()
@@ -658,21 +670,18 @@ def check_node_shape(state: ClusterState, decision: Decision, after: _After) -> 
     touched: set[str] = set()
     nix = state.node_index
     node_types = after.node_types
-    started = after.started
-    for s in decision.start:
-        job = started.get(s.job)
-        alloc = s.allocation
-        if job is None or not alloc or s.colocated_with:
+    for _, s, job, keys in after.start_rows:  # the starts of known jobs
+        if not keys or s.colocated_with:
             continue
-        if len(alloc) == 1:  # one GPU: one node
-            node = alloc[0].node
+        if len(keys) == 1:  # one GPU: one node
+            node = keys[0][0]
             if node not in nix:
                 continue  # invariant 2
             touched.add(node)
             got: tuple[int, ...] = (1,)
             spread = False
         else:
-            on = [r.node for r in alloc]
+            on = [key[0] for key in keys]
             if any(n not in nix for n in on):
                 continue  # invariant 2
             per_node: dict[str, int] = defaultdict(int)
@@ -682,7 +691,7 @@ def check_node_shape(state: ClusterState, decision: Decision, after: _After) -> 
             node = on[0]
             got = tuple(sorted(per_node.values(), reverse=True))
             spread = len(per_node) > 1
-        if len(alloc) == job.gpus:
+        if len(keys) == job.gpus:
             pieces = _pieces(state, job, node_types[node])
             if pieces is not None and got != pieces:
                 out.append(
@@ -901,14 +910,11 @@ def check_preemption(state: ClusterState, decision: Decision, after: _After) -> 
             assert job.allocation is not None
             wanted.update((r.node, r.gpu) for r in job.allocation)
         on: dict[GpuKey, list[str]] = defaultdict(list)
-        started = after.started
-        for k, s in enumerate(decision.start):
-            if s.job in started:
-                start_order.setdefault(s.job, k)
-                for ref in s.allocation:
-                    key = (ref.node, ref.gpu)
-                    if key in wanted:
-                        on[key].append(s.job)
+        for k, s, _, keys in after.start_rows:  # the starts of known jobs: those started
+            start_order.setdefault(s.job, k)
+            for key in keys:
+                if key in wanted:
+                    on[key].append(s.job)
         return on
 
     for p in decision.preempt:
@@ -1002,14 +1008,12 @@ def check_best_effort_victims(
     if not freed:
         return []
     taken: dict[str, int] = defaultdict(int)
-    jix = state.job_index
-    jobs = state.snapshot.jobs
     node_types = after.node_types
-    for st in decision.start:
-        if st.on_loan or st.colocated_with or not st.allocation or st.job not in jix:
+    for _, st, job, keys in after.start_rows:  # the starts of known jobs
+        if st.on_loan or st.colocated_with or not keys:
             continue
-        if jobs[jix[st.job]].qos == "guaranteed":
-            taken[node_types[st.allocation[0].node]] += len(st.allocation)
+        if job.qos == "guaranteed":
+            taken[node_types[keys[0][0]]] += len(keys)
     gang: dict[str, int] = defaultdict(int)  # largest best-effort gang not on loan, per type
     wanted = {t for t in freed if taken[t] > 0}  # the only types whose gang is read below
     for jid, (qos, on_loan, gpus, t) in run_facts.items() if wanted else ():
@@ -1266,7 +1270,7 @@ def check_capacity_and_loans(state: ClusterState, decision: Decision, after: _Af
     lent_in, lent_out = _loan_totals(state, decision, out)
 
     # per (tenant, type): GPUs of kept running jobs not on loan, and non-guest starts
-    start_by_id = {s.job: s for s in decision.start}
+    start_loan = after.start_loan  # the last entry of each started job, as ``{s.job: s}`` keeps
     own_started: dict[tuple[str, str], int] = defaultdict(int)
     own_kept: dict[tuple[str, str], int] = defaultdict(int)
     own_old: dict[tuple[str, str], int] = defaultdict(int)  # of it, GPUs held in the snapshot
@@ -1279,7 +1283,7 @@ def check_capacity_and_loans(state: ClusterState, decision: Decision, after: _Af
         key = (tenant_of[jid], jt)
         if jid in started_jobs:
             starts[key].append(jid)
-            if not start_by_id[jid].on_loan:
+            if not start_loan[jid]:
                 # a rigid job counts its gang (a wrong allocation size is invariant 2's)
                 job = started_jobs[jid]
                 own_started[key] += sizes[jid] if job.is_elastic else job.gpus
@@ -1371,7 +1375,7 @@ def check_capacity_and_loans(state: ClusterState, decision: Decision, after: _Af
                     (ten,),
                 )
             )
-    for s in decision.start:
+    for s in after.colocated:  # (only a start with ``colocated_with`` is asked about)
         if s.colocated_with and s.on_loan:
             out.append(Violation(4, f"guest '{s.job}' uses no quota and cannot be on loan", (s.job,)))
         if s.colocated_with and s.job in state.job_index and s.allocation:
