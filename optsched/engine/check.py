@@ -60,9 +60,10 @@ Invariant 7 (bad input is rejected) is checked when the snapshot is read
 from __future__ import annotations
 
 import functools
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
+from operator import itemgetter
 
 from optsched.engine.quota_tree import group_flows
 from optsched.engine.state import ClusterState, GpuKey
@@ -73,7 +74,7 @@ from optsched.engine.workflows.check import (
     effective_state,
     lent_devices,
 )
-from optsched.schema.decision import Decision, PreemptReason, Reservation, ResizeReason
+from optsched.schema.decision import Decision, PreemptReason, Reservation, ResizeReason, Start
 from optsched.schema.limits import MILLI_PER_GPU
 from optsched.schema.snapshot import GpuRef, GpuType, Job
 
@@ -150,6 +151,21 @@ class _After:
     sizes: dict[str, int]
     """job id -> GPUs it holds after the decision, for every kept running and started job."""
     state: ClusterState
+    node_types: dict[str, str]
+    """node id -> its GPU type, for every node of the snapshot."""
+    tenant_of: dict[str, str]
+    """job id -> its tenant, for every running and started job (every job in ``holders``)."""
+    milli_of: dict[str, int]
+    """job id -> its ``gpu_milli``, for the fractional jobs among those of ``tenant_of``."""
+    run_facts: dict[str, tuple[str, bool, int, str]]
+    """running job id -> (``qos``, ``on_loan``, ``gpus``, GPU type) as the snapshot has them."""
+    start_loan: dict[str, bool]
+    """started job id -> ``on_loan`` of its last entry in ``decision.start``."""
+    colocated: list[Start]
+    """The entries of ``decision.start`` with ``colocated_with``, in order (known jobs or not)."""
+    start_rows: list[tuple[int, Start, Job, list[GpuKey]]]
+    """(index in ``decision.start``, the entry, its job, its GPUs) for each entry of a known job,
+    in order: the checks read the GPUs from here rather than from the entries again."""
 
     @functools.cached_property
     def shared(self) -> list[tuple[GpuKey, list[str]]]:
@@ -160,9 +176,32 @@ class _After:
     def on_node(self) -> dict[str, set[str]]:
         """node id -> the jobs holding GPUs on it after the decision."""
         out: dict[str, set[str]] = defaultdict(set)
+        last: object = None
+        last_node = ""
         for (node, _), ids in self.holders.items():
+            if ids is last and node == last_node:
+                continue  # the next GPU of the same kept job on the same node: nothing new
             out[node].update(ids)
+            last, last_node = ids, node
         return out
+
+    @functools.cached_property
+    def unavailable(self) -> frozenset[str]:
+        """The ids of the snapshot's unavailable nodes."""
+        return frozenset(n.id for n in self.state.snapshot.nodes if not n.available)
+
+    @functools.cached_property
+    def lost(self) -> frozenset[str]:
+        """The running jobs with a GPU on an unavailable node: those the snapshot's GPUs of such
+        nodes hold (every GPU of a running job is in ``ClusterState.gpu_holders``)."""
+        state = self.state
+        holders0 = state.gpu_holders
+        out: set[str] = set()
+        for n in state.snapshot.nodes:
+            if not n.available:
+                for g in range(n.gpus):
+                    out.update(holders0.get((n.id, g), ()))
+        return frozenset(out)
 
     @functools.cached_property
     def free_share(self) -> dict[GpuKey, int]:
@@ -171,22 +210,30 @@ class _After:
         state = self.state
         out: dict[GpuKey, int] = {}
         share_left: dict[tuple[str, ...], int] = {}
+        pool = state.pool_gpus
+        holders = self.holders
+        milli = self.milli_of
         for n in state.snapshot.nodes:
             if not n.available:
                 continue
+            nid = n.id
             for g in range(n.gpus):
-                key = (n.id, g)
-                if key in state.pool_gpus:
+                key = (nid, g)
+                if pool and key in pool:
                     continue
-                ids = self.holders.get(key)
+                ids = holders.get(key)
                 if not ids:
                     out[key] = MILLI_PER_GPU
+                    continue
+                if len(ids) == 1:
+                    m = milli.get(ids[0])
+                    out[key] = 0 if m is None else MILLI_PER_GPU - m
                     continue
                 sig = tuple(ids)
                 left = share_left.get(sig)
                 if left is None:  # the same jobs on the next GPU leave the same share
-                    if all(state.job(j).is_fractional for j in ids):
-                        left = MILLI_PER_GPU - sum(state.job(j).gpu_milli or 0 for j in ids)
+                    if all(j in milli for j in ids):
+                        left = MILLI_PER_GPU - sum(milli[j] for j in ids)
                     else:
                         left = 0
                     share_left[sig] = left
@@ -204,9 +251,10 @@ class _After:
                 whole[node] += 1
             best[node] = max(best[node], left)
         out: dict[str, list[tuple[str, int, int]]] = defaultdict(list)
+        node_types = self.node_types
         for node, share in best.items():
             if share > 0:
-                out[self.state.node_type(node)].append((node, whole[node], share))
+                out[node_types[node]].append((node, whole[node], share))
         return out
 
     @functools.cached_property
@@ -222,13 +270,29 @@ class _After:
     def host_left(self) -> dict[str, tuple[int | None, int | None]]:
         """node id -> (CPU thousandths, host MiB) left after the decision (None: not tracked)."""
         state = self.state
+        jobs_of = state.snapshot.jobs
+        jix = state.job_index
         out: dict[str, tuple[int | None, int | None]] = {}
         for n in state.snapshot.nodes:
-            jobs = [state.job(j) for j in self.on_node.get(n.id, ())]
-            cpu = None if n.cpu_milli is None else n.cpu_milli - sum(j.cpu_milli or 0 for j in jobs)
-            mem = None if n.memory_mib is None else n.memory_mib - sum(j.memory_mib or 0 for j in jobs)
+            ncpu, nmem = n.cpu_milli, n.memory_mib
+            if ncpu is None and nmem is None:
+                out[n.id] = (None, None)  # neither tracked: its jobs need not be looked at
+                continue
+            jobs = [jobs_of[jix[j]] for j in self.on_node.get(n.id, ())]
+            cpu = None if ncpu is None else ncpu - sum(j.cpu_milli or 0 for j in jobs)
+            mem = None if nmem is None else nmem - sum(j.memory_mib or 0 for j in jobs)
             out[n.id] = (cpu, mem)
         return out
+
+    @functools.cached_property
+    def held_per_node(self) -> Counter[str]:
+        """node id -> the GPUs of it in ``holders`` (any node named, known or not)."""
+        return Counter(map(itemgetter(0), self.holders))
+
+    @functools.cached_property
+    def free_after(self) -> dict[str, int]:
+        """:func:`_free_after`, computed once."""
+        return _free_after(self.state, self)
 
 
 def _resized(state: ClusterState, decision: Decision) -> dict[str, list[GpuRef]]:
@@ -248,59 +312,121 @@ def _after(state: ClusterState, decision: Decision) -> _After:
     guests: dict[str, list[str]] = {}
     types: dict[str, str] = {}
     host_of = state.host_of
-    touched: set[GpuKey] = set()
-    job_type = state.job_type
+    shared: list[GpuKey] = []  # GPUs given to a job while another holds them
+    node_types = {n.id: n.gpu_type for n in state.snapshot.nodes}
     resized = _resized(state, decision)
     sizes: dict[str, int] = {}
+    # each job's tenant and share, read once here (a large snapshot's jobs are slow to revisit)
+    tenant_of: dict[str, str] = {}
+    milli_of: dict[str, int] = {}
+    run_facts: dict[str, tuple[str, bool, int, str]] = {}
+    start_loan: dict[str, bool] = {}
+    colocated: list[Start] = []
+    start_rows: list[tuple[int, Start, Job, list[GpuKey]]] = []
 
     def release(jid: str, refs: list[GpuRef]) -> None:
         for ref in refs:
             key = (ref.node, ref.gpu)
-            left = [j for j in holders.get(key, ()) if j != jid]
+            ids = holders.get(key)
+            if ids is None:
+                continue
+            if len(ids) == 1 and ids[0] == jid:  # the common case: it held the GPU alone
+                del holders[key]
+                continue
+            left = [j for j in ids if j != jid]
             if left:
                 holders[key] = left
             else:
-                holders.pop(key, None)
+                del holders[key]
 
     def take(jid: str, refs: list[GpuRef]) -> None:
         for ref in refs:
-            key = ref.key()
-            holders[key] = [*holders.get(key, ()), jid]
-            touched.add(key)
+            key = (ref.node, ref.gpu)
+            ids = holders.get(key)
+            if ids:
+                holders[key] = [*ids, jid]
+                shared.append(key)
+            else:
+                holders[key] = [jid]
 
     for job in state.running():
         jid = job.id
-        assert job.allocation is not None
+        alloc = job.allocation
+        assert alloc is not None
+        tenant_of[jid] = job.tenant
+        jt = node_types[alloc[0].node]
+        run_facts[jid] = (job.qos, job.on_loan, job.gpus, jt)
+        m = job.gpu_milli
+        if m is not None and m < MILLI_PER_GPU:
+            milli_of[jid] = m
         if jid in preempted:
-            release(jid, job.allocation)
+            release(jid, alloc)
             continue
-        types[jid] = job_type(job)
+        types[jid] = jt
         if jid in resized:
-            release(jid, job.allocation)
+            release(jid, alloc)
             take(jid, resized[jid])
             sizes[jid] = len(resized[jid])
         else:
-            sizes[jid] = len(job.allocation)
+            sizes[jid] = len(alloc)
         if jid in host_of:
             guests[jid] = [host_of[jid]]
     started: dict[str, Job] = {}
-    for s in decision.start:
-        if s.job not in state.job_index:
-            continue
-        job = state.job(s.job)
-        started[s.job] = job
-        sizes[s.job] = len(s.allocation)
-        take(s.job, s.allocation)
+    jobs = state.snapshot.jobs
+    jix = state.job_index
+    for k, s in enumerate(decision.start):
+        sj = s.job
         if s.colocated_with:
-            guests[s.job] = list(s.colocated_with)
-        if s.allocation and s.allocation[0].node in state.node_index:
-            types[s.job] = state.node_type(s.allocation[0].node)
-    # hosts first on each shared GPU
-    for key in touched:
+            colocated.append(s)
+        i = jix.get(sj)
+        if i is None:
+            continue
+        job = jobs[i]
+        started[sj] = job
+        start_loan[sj] = s.on_loan
+        tenant_of[sj] = job.tenant
+        m = job.gpu_milli
+        if m is not None and m < MILLI_PER_GPU:
+            milli_of[sj] = m
+        alloc = s.allocation
+        sizes[sj] = len(alloc)
+        keys = [(ref.node, ref.gpu) for ref in alloc]
+        start_rows.append((k, s, job, keys))
+        for key in keys:  # take(sj, alloc), inline
+            ids = holders.get(key)
+            if ids:
+                holders[key] = [*ids, sj]
+                shared.append(key)
+            else:
+                holders[key] = [sj]
+        if s.colocated_with:
+            guests[sj] = list(s.colocated_with)
+        if keys and (t := node_types.get(keys[0][0])) is not None:
+            types[sj] = t
+    # hosts first on each GPU given to a job while another held it (any other GPU the decision
+    # gives holds one job, or none)
+    for key in shared:
         ids = holders.get(key)
         if ids is not None and len(ids) > 1:
             ids.sort(key=lambda j: j in guests)
-    return _After(holders, guests, types, preempted, started, _use(state, holders, guests), sizes, state)
+    use = _use(state, holders, guests, node_types, tenant_of, milli_of)
+    return _After(
+        holders,
+        guests,
+        types,
+        preempted,
+        started,
+        use,
+        sizes,
+        state,
+        node_types,
+        tenant_of,
+        milli_of,
+        run_facts,
+        start_loan,
+        colocated,
+        start_rows,
+    )
 
 
 def _shared(after: _After) -> list[tuple[GpuKey, list[str]]]:
@@ -407,88 +533,91 @@ def check_placement(state: ClusterState, decision: Decision, after: _After) -> l
     """Invariant 2."""
     out: list[Violation] = []
     seen_start: set[str] = set()
-    for s in decision.start:
-        if s.job not in state.job_index:
-            continue  # reported by invariant 5
-        job = state.job(s.job)
-        if s.job in seen_start:
-            out.append(Violation(2, f"job '{s.job}' is started twice", (s.job,)))
+    jix = state.job_index
+    jobs = state.snapshot.jobs
+    nix = state.node_index
+    nodes = state.snapshot.nodes
+    pool = state.pool_gpus
+    type_mem = {name: gt.memory_gib for name, gt in state.snapshot.gpu_types.items()}
+    for _, s, job, keys in after.start_rows:  # (a start of an unknown job is invariant 5's)
+        sj = s.job
+        if sj in seen_start:
+            out.append(Violation(2, f"job '{sj}' is started twice", (sj,)))
             continue
-        seen_start.add(s.job)
+        seen_start.add(sj)
         if job.state != "pending":
-            out.append(Violation(2, f"job '{s.job}' is already running", (s.job,)))
+            out.append(Violation(2, f"job '{sj}' is already running", (sj,)))
             continue
-        if len(s.allocation) not in job.sizes():
+        alloc = s.allocation
+        n_alloc = len(alloc)
+        # a rigid job's only size is its gang (``Job.sizes``)
+        if (n_alloc != job.gpus or job.min_gpus is not None or job.max_gpus is not None) and (
+            n_alloc not in job.sizes()
+        ):
             lo, hi = job.size_range
             asks = f"asks for {job.gpus}" if not job.is_elastic else (
                 f"allowed sizes {lo}..{hi} in steps of {job.gpus_step}"
             )
-            out.append(Violation(2, f"job '{s.job}' gets {len(s.allocation)} GPUs, {asks}", (s.job,)))
-        keys = [r.key() for r in s.allocation]
-        if len(set(keys)) != len(keys):
-            out.append(Violation(2, f"job '{s.job}' lists a GPU twice", (s.job,)))
+            out.append(Violation(2, f"job '{sj}' gets {n_alloc} GPUs, {asks}", (sj,)))
+        if n_alloc > 1 and len(set(keys)) != n_alloc:
+            out.append(Violation(2, f"job '{sj}' lists a GPU twice", (sj,)))
         types: set[str] = set()
-        for ref in s.allocation:
-            if ref.node not in state.node_index:
-                out.append(Violation(2, f"job '{s.job}' placed on unknown node '{ref.node}'", (s.job,)))
+        for key in keys:
+            rn, rg = key
+            ni = nix.get(rn)
+            if ni is None:
+                out.append(Violation(2, f"job '{sj}' placed on unknown node '{rn}'", (sj,)))
                 continue
-            node = state.snapshot.nodes[state.node_index[ref.node]]
-            if ref.gpu >= node.gpus:
-                out.append(
-                    Violation(2, f"job '{s.job}' placed on missing GPU {ref.node}/{ref.gpu}", (s.job,))
-                )
+            node = nodes[ni]
+            if rg >= node.gpus:
+                out.append(Violation(2, f"job '{sj}' placed on missing GPU {rn}/{rg}", (sj,)))
             if not node.available:
-                out.append(Violation(2, f"job '{s.job}' placed on unavailable node '{ref.node}'", (s.job,)))
-            if ref.key() in state.pool_gpus:
-                out.append(
-                    Violation(
-                        2,
-                        f"job '{s.job}' placed on workflow-pool GPU {ref.node}/{ref.gpu}",
-                        (s.job,),
-                    )
-                )
+                out.append(Violation(2, f"job '{sj}' placed on unavailable node '{rn}'", (sj,)))
+            if pool and key in pool:
+                out.append(Violation(2, f"job '{sj}' placed on workflow-pool GPU {rn}/{rg}", (sj,)))
             types.add(node.gpu_type)
         if len(types) > 1:
-            out.append(Violation(2, f"job '{s.job}' mixes GPU types {sorted(types)}", (s.job,)))
-        allowed = _declared_types(state, job)
+            out.append(Violation(2, f"job '{sj}' mixes GPU types {sorted(types)}", (sj,)))
+        allowed = tuple(job.gpu_types) if job.gpu_types is not None else state.type_names
+        mem = job.memory_gib
         for t in types:
             if t not in allowed:
-                out.append(
-                    Violation(2, f"job '{s.job}' placed on type '{t}', allowed {list(allowed)}", (s.job,))
-                )
-            elif not s.colocated_with and (has := _too_small(state, job, t)) is not None:
-                # (an MPS guest's memory is checked with its host's, invariant 1)
+                out.append(Violation(2, f"job '{sj}' placed on type '{t}', allowed {list(allowed)}", (sj,)))
+            elif not s.colocated_with and mem is not None and mem > (has := type_mem[t]) + EPS:
+                # (an MPS guest's memory is checked with its host's, invariant 1; ``_too_small``)
                 out.append(
                     Violation(
                         2,
-                        f"job '{s.job}' needs {job.memory_gib:.1f} GiB per GPU, placed on type '{t}' "
-                        f"with {has:.1f} GiB",
-                        (s.job,),
+                        f"job '{sj}' needs {mem:.1f} GiB per GPU, placed on type '{t}' with {has:.1f} GiB",
+                        (sj,),
                     )
                 )
         if s.colocated_with:
             for host in s.colocated_with:
-                if host not in state.job_index or host == s.job:
-                    out.append(Violation(2, f"job '{s.job}' names unknown host '{host}'", (s.job,)))
-            for ref in s.allocation:
-                others = [j for j in after.holders.get(ref.key(), []) if j != s.job]
+                if host not in jix or host == sj:
+                    out.append(Violation(2, f"job '{sj}' names unknown host '{host}'", (sj,)))
+            for ref in alloc:
+                others = [j for j in after.holders.get(ref.key(), []) if j != sj]
                 if not any(h in others for h in s.colocated_with):
                     out.append(
                         Violation(
                             2,
-                            f"guest '{s.job}' on GPU {ref.node}/{ref.gpu} not held by its host",
-                            (s.job,),
+                            f"guest '{sj}' on GPU {ref.node}/{ref.gpu} not held by its host",
+                            (sj,),
                         )
                     )
-    # running jobs on unavailable nodes must be stopped
-    unavailable = {n.id for n in state.snapshot.nodes if not n.available}
-    for job in state.running() if unavailable else ():
-        if job.id in after.preempted:
-            continue
-        assert job.allocation is not None
-        bad = [r.node for r in job.allocation if r.node in unavailable]
-        if bad:
-            out.append(Violation(2, f"running job '{job.id}' kept on unavailable node '{bad[0]}'", (job.id,)))
+    # running jobs on unavailable nodes must be stopped: those the snapshot's GPUs of such nodes
+    # hold (every GPU of a running job is in ``gpu_holders``), in snapshot order
+    unavailable = after.unavailable
+    if unavailable:
+        for jid in sorted(after.lost, key=jix.__getitem__):
+            if jid in after.preempted:
+                continue
+            job = jobs[jix[jid]]
+            assert job.allocation is not None
+            bad = [r.node for r in job.allocation if r.node in unavailable]
+            if bad:
+                out.append(Violation(2, f"running job '{jid}' kept on unavailable node '{bad[0]}'", (jid,)))
     # a GPU given twice to jobs that are not an MPS host/guest pair (each pair asked once)
     fine: set[tuple[str, ...]] = set()
     for key, ids in _shared(after):
@@ -539,29 +668,42 @@ def check_node_shape(state: ClusterState, decision: Decision, after: _After) -> 
     jobs after the decision."""
     out: list[Violation] = []
     touched: set[str] = set()
-    for s in decision.start:
-        if s.job not in after.started or not s.allocation or s.colocated_with:
+    nix = state.node_index
+    node_types = after.node_types
+    for _, s, job, keys in after.start_rows:  # the starts of known jobs
+        if not keys or s.colocated_with:
             continue
-        if any(r.node not in state.node_index for r in s.allocation):
-            continue  # invariant 2
-        job = state.job(s.job)
-        per_node: dict[str, int] = defaultdict(int)
-        for r in s.allocation:
-            per_node[r.node] += 1
-        touched.update(per_node)
-        pieces = _pieces(state, job, state.node_type(s.allocation[0].node))
-        got = tuple(sorted(per_node.values(), reverse=True))
-        if pieces is not None and got != pieces and len(s.allocation) == job.gpus:
-            out.append(
-                Violation(
-                    10,
-                    f"job '{s.job}' gets {'+'.join(map(str, got))} GPUs on {len(got)} node(s), its "
-                    f"shape is {'+'.join(map(str, pieces))}",
-                    (s.job,),
+        if len(keys) == 1:  # one GPU: one node
+            node = keys[0][0]
+            if node not in nix:
+                continue  # invariant 2
+            touched.add(node)
+            got: tuple[int, ...] = (1,)
+            spread = False
+        else:
+            on = [key[0] for key in keys]
+            if any(n not in nix for n in on):
+                continue  # invariant 2
+            per_node: dict[str, int] = defaultdict(int)
+            for n in on:
+                per_node[n] += 1
+            touched.update(per_node)
+            node = on[0]
+            got = tuple(sorted(per_node.values(), reverse=True))
+            spread = len(per_node) > 1
+        if len(keys) == job.gpus:
+            pieces = _pieces(state, job, node_types[node])
+            if pieces is not None and got != pieces:
+                out.append(
+                    Violation(
+                        10,
+                        f"job '{s.job}' gets {'+'.join(map(str, got))} GPUs on {len(got)} node(s), its "
+                        f"shape is {'+'.join(map(str, pieces))}",
+                        (s.job,),
+                    )
                 )
-            )
         topo = job.topology
-        if topo is not None and topo.mode == "required" and len(per_node) > 1:
+        if spread and topo is not None and topo.mode == "required":
             domains = {_domain(state, n, topo.level) for n in per_node}
             if len(domains) > 1:
                 out.append(
@@ -574,10 +716,10 @@ def check_node_shape(state: ClusterState, decision: Decision, after: _After) -> 
     for rz in decision.resize:
         if rz.job in state.job_index and rz.to_gpus > rz.from_gpus:
             touched.update(r.node for r in rz.allocation)
-    for node in sorted(touched):
-        if node not in state.node_index:
-            continue
-        cpu, mem = after.host_left[node]
+    host_left = after.host_left
+    # a node that tracks neither CPUs nor host memory never lacks them
+    for node in sorted(n for n in touched if n in host_left and host_left[n] != (None, None)):
+        cpu, mem = host_left[node]
         for what, left in (("CPU thousandths", cpu), ("host memory MiB", mem)):
             if left is not None and left < 0:
                 jobs = tuple(sorted(after.on_node.get(node, ())))
@@ -742,62 +884,94 @@ def check_preemption(state: ClusterState, decision: Decision, after: _After) -> 
     """Invariant 3."""
     out: list[Violation] = []
     seen: set[str] = set()
-    # GPU -> started jobs placed on it, and the order of the starts (built once, not per preempt)
-    start_on: dict[GpuKey, list[str]] = defaultdict(list)
+    jix = state.job_index
+    jobs = state.snapshot.jobs
+    unavailable = after.unavailable
+    host_of = state.host_of
+    node_unavailable, reclaim, priority = (
+        PreemptReason.NODE_UNAVAILABLE,
+        PreemptReason.RECLAIM,
+        PreemptReason.PRIORITY,
+    )
+    # the GPUs of guaranteed in-quota victims -> the started jobs placed on them, and the order
+    # of the starts (built once, not per preempt, and only for the GPUs asked about)
+    start_on: dict[GpuKey, list[str]] | None = None
     start_order: dict[str, int] = {}
-    for k, s in enumerate(decision.start):
-        if s.job in after.started:
+
+    def starts_on() -> dict[GpuKey, list[str]]:
+        wanted: set[GpuKey] = set()
+        for p in decision.preempt:
+            i = jix.get(p.job)
+            if i is None:
+                continue
+            job = jobs[i]
+            if job.state != "running" or job.qos != "guaranteed" or job.on_loan or p.job in host_of:
+                continue
+            assert job.allocation is not None
+            wanted.update((r.node, r.gpu) for r in job.allocation)
+        on: dict[GpuKey, list[str]] = defaultdict(list)
+        for k, s, _, keys in after.start_rows:  # the starts of known jobs: those started
             start_order.setdefault(s.job, k)
-            for ref in s.allocation:
-                start_on[ref.key()].append(s.job)
+            for key in keys:
+                if key in wanted:
+                    on[key].append(s.job)
+        return on
+
     for p in decision.preempt:
-        if p.job not in state.job_index:
-            out.append(Violation(3, f"preempts unknown job '{p.job}'", (p.job,)))
+        pj = p.job
+        i = jix.get(pj)
+        if i is None:
+            out.append(Violation(3, f"preempts unknown job '{pj}'", (pj,)))
             continue
-        if p.job in seen:
-            out.append(Violation(3, f"preempts '{p.job}' twice", (p.job,)))
-        seen.add(p.job)
-        job = state.job(p.job)
+        if pj in seen:
+            out.append(Violation(3, f"preempts '{pj}' twice", (pj,)))
+        seen.add(pj)
+        job = jobs[i]
         if job.state != "running":
-            out.append(Violation(3, f"preempts '{p.job}', which is not running", (p.job,)))
+            out.append(Violation(3, f"preempts '{pj}', which is not running", (pj,)))
             continue
         assert job.allocation is not None
-        on_bad_node = any(not state.node_available(r.node) for r in job.allocation)
-        guest = p.job in state.host_of
+        on_bad_node = bool(unavailable) and pj in after.lost  # a GPU on an unavailable node
+        guest = pj in host_of
         if not (job.is_preemptible or on_bad_node or job.on_loan or guest):
-            out.append(Violation(3, f"'{p.job}' is not preemptible", (p.job,)))
+            out.append(Violation(3, f"'{pj}' is not preemptible", (pj,)))
             continue
-        if p.reason == PreemptReason.NODE_UNAVAILABLE and not on_bad_node:
-            out.append(Violation(3, f"'{p.job}' preempted for node_unavailable on available nodes", (p.job,)))
-        if p.reason == PreemptReason.RECLAIM and not job.on_loan:
-            out.append(Violation(3, f"'{p.job}' reclaimed but it does not run on loan", (p.job,)))
+        reason = p.reason
+        if reason == node_unavailable and not on_bad_node:
+            out.append(Violation(3, f"'{pj}' preempted for node_unavailable on available nodes", (pj,)))
+        if reason == reclaim and not job.on_loan:
+            out.append(Violation(3, f"'{pj}' reclaimed but it does not run on loan", (pj,)))
         # a guaranteed job inside its quota is never preempted for another tenant
         if job.qos == "guaranteed" and not job.on_loan and not guest and not on_bad_node:
-            takers = {sid for r in job.allocation for sid in start_on.get(r.key(), ())}
+            if start_on is None:
+                start_on = starts_on()
+            takers = {sid for r in job.allocation for sid in start_on.get((r.node, r.gpu), ())}
             for sid in sorted(takers, key=start_order.__getitem__):
                 sjob = after.started[sid]
                 if sjob.tenant != job.tenant:
                     out.append(
                         Violation(
                             3,
-                            f"guaranteed in-quota job '{p.job}' of '{job.tenant}' preempted "
+                            f"guaranteed in-quota job '{pj}' of '{job.tenant}' preempted "
                             f"for '{sid}' of '{sjob.tenant}'",
-                            (p.job, sid),
+                            (pj, sid),
                         )
                     )
-            if p.reason != PreemptReason.PRIORITY:
+            if reason != priority:
                 out.append(
                     Violation(
                         3,
-                        f"guaranteed in-quota job '{p.job}' preempted for '{p.reason}'",
-                        (p.job,),
+                        f"guaranteed in-quota job '{pj}' preempted for '{reason}'",
+                        (pj,),
                     )
                 )
-    out += _check_operator_controls(state, decision)
+    out += _check_operator_controls(state, decision, after.lost)
     return out
 
 
-def check_best_effort_victims(state: ClusterState, decision: Decision) -> list[Violation]:
+def check_best_effort_victims(
+    state: ClusterState, decision: Decision, after: _After | None = None
+) -> list[Violation]:
     """Invariant 3, the engine's own rule (``docs/snapshot-format.md``, "What a preemption is
     for"): a best-effort job running inside its tenant's quota is stopped only for a guaranteed
     start inside quota. Per GPU type, the GPUs freed by such jobs preempted for ``priority``
@@ -808,43 +982,45 @@ def check_best_effort_victims(state: ClusterState, decision: Decision) -> list[V
     whole, also for a smaller start); with no such start, none."""
     freed: dict[str, int] = defaultdict(int)
     victims: dict[str, list[str]] = defaultdict(list)
-    stops: list[tuple[str, int | None]] = [
-        (p.job, None) for p in decision.preempt if p.reason == PreemptReason.PRIORITY
-    ]
+    priority = PreemptReason.PRIORITY
+    stops: list[tuple[str, int | None]] = [(p.job, None) for p in decision.preempt if p.reason == priority]
     stops += [
         (rz.job, rz.from_gpus - len(rz.allocation))
         for rz in decision.resize
         if rz.reason == ResizeReason.SHRINK_FOR_START and rz.from_gpus > len(rz.allocation)
     ]
+    if not stops:
+        return []
+    if after is None:
+        after = _after(state, decision)
+    host_of = state.host_of
+    run_facts = after.run_facts  # every running job, with its type
+    lost = after.lost  # running jobs with a GPU on an unavailable node
     for jid, gone in stops:
-        if jid not in state.job_index:
+        facts = run_facts.get(jid)
+        if facts is None:
+            continue  # unknown, or not running
+        qos, on_loan, gpus, t = facts
+        if qos == "guaranteed" or on_loan or jid in host_of or jid in lost:
             continue
-        job = state.job(jid)
-        if job.qos == "guaranteed" or job.state != "running" or job.allocation is None:
-            continue
-        if job.on_loan or jid in state.host_of:
-            continue
-        if any(not state.node_available(r.node) for r in job.allocation):
-            continue
-        t = state.job_type(job)
-        freed[t] += job.gpus if gone is None else gone
+        freed[t] += gpus if gone is None else gone
         victims[t].append(jid)
     if not freed:
         return []
     taken: dict[str, int] = defaultdict(int)
-    for st in decision.start:
-        if st.on_loan or st.colocated_with or not st.allocation or st.job not in state.job_index:
+    node_types = after.node_types
+    for _, st, job, keys in after.start_rows:  # the starts of known jobs
+        if st.on_loan or st.colocated_with or not keys:
             continue
-        if state.job(st.job).qos == "guaranteed":
-            taken[state.node_type(st.allocation[0].node)] += len(st.allocation)
+        if job.qos == "guaranteed":
+            taken[node_types[keys[0][0]]] += len(keys)
     gang: dict[str, int] = defaultdict(int)  # largest best-effort gang not on loan, per type
-    for job in state.snapshot.jobs:
-        if job.state != "running" or job.qos == "guaranteed" or job.on_loan or job.allocation is None:
+    wanted = {t for t in freed if taken[t] > 0}  # the only types whose gang is read below
+    for jid, (qos, on_loan, gpus, t) in run_facts.items() if wanted else ():
+        if qos == "guaranteed" or on_loan or t not in wanted or jid in host_of or jid in lost:
             continue
-        if job.id in state.host_of or any(not state.node_available(r.node) for r in job.allocation):
-            continue
-        t = state.job_type(job)
-        gang[t] = max(gang[t], job.gpus)
+        if gpus > gang[t]:
+            gang[t] = gpus
     allowed = {t: taken[t] + max(0, gang[t] - 1) if taken[t] > 0 else 0 for t in freed}
     return [
         Violation(
@@ -858,12 +1034,15 @@ def check_best_effort_victims(state: ClusterState, decision: Decision) -> list[V
     ]
 
 
-def _check_operator_controls(state: ClusterState, decision: Decision) -> list[Violation]:
+def _check_operator_controls(
+    state: ClusterState, decision: Decision, on_lost: Collection[str]
+) -> list[Violation]:
     """Invariant 3, operator controls: ``min-runtime`` (a job that has run less than its minimum
     runtime is not preempted) and ``preemption-cap`` (a tenant's preempted GPUs per decision
     stay within ``max_gpus_per_epoch``). Both count priority victims only: reclaim of on-loan
     jobs, jobs on unavailable nodes and MPS guests are exempt. Shrinking an elastic job for a
-    start counts as preempting the GPUs it gives up."""
+    start counts as preempting the GPUs it gives up. ``on_lost``: the running jobs with a GPU on an
+    unavailable node (:attr:`_After.lost`)."""
     snap = state.snapshot
     out: list[Violation] = []
     lost: dict[str, int] = defaultdict(int)
@@ -875,20 +1054,27 @@ def _check_operator_controls(state: ClusterState, decision: Decision) -> list[Vi
         for rz in decision.resize
         if rz.reason == ResizeReason.SHRINK_FOR_START and rz.from_gpus > len(rz.allocation)
     ]
+    jix = state.job_index
+    jobs = snap.jobs
+    host_of = state.host_of
+    # per tenant: the minimum runtime of its preemption controls (0 without them)
+    floor = {
+        t.id: t.preemption.min_runtime_s if t.preemption is not None else 0.0 for t in snap.tenants
+    }
+    now = snap.now
     for jid, gone, verb in stops:
-        if jid not in state.job_index or (gone is None and jid in seen):
+        i = jix.get(jid)
+        if i is None or (gone is None and jid in seen):
             continue
         if gone is None:
             seen.add(jid)
-        job = state.job(jid)
-        if job.state != "running" or job.allocation is None or job.on_loan or jid in state.host_of:
+        job = jobs[i]
+        if job.state != "running" or job.allocation is None or job.on_loan or jid in host_of:
             continue
-        if any(not state.node_available(r.node) for r in job.allocation):
+        if jid in on_lost:
             continue
-        tenant = snap.tenants[state.tenant_index[job.tenant]]
-        pre = tenant.preemption
-        minimum = job.min_runtime_s if job.min_runtime_s is not None else pre.min_runtime_s if pre else 0.0
-        ran = snap.now - job.start_s if job.start_s is not None else None
+        minimum = job.min_runtime_s if job.min_runtime_s is not None else floor[job.tenant]
+        ran = now - job.start_s if job.start_s is not None else None
         if ran is not None and ran < minimum:
             out.append(
                 Violation(
@@ -918,15 +1104,18 @@ def tenant_use(state: ClusterState, after: _After) -> dict[tuple[str, str], int]
 
 
 def _use(
-    state: ClusterState, holders: dict[GpuKey, list[str]], guests: dict[str, list[str]]
+    state: ClusterState,
+    holders: dict[GpuKey, list[str]],
+    guests: dict[str, list[str]],
+    node_type: dict[str, str],
+    tenant: dict[str, str],
+    fractional: Collection[str],
 ) -> dict[tuple[str, str], int]:
     """Each GPU counts once, for the tenant of its host (its first holder that is no guest); a
     GPU holding fractional jobs counts once for each of them (a fractional job is one GPU of its
-    tenant's quota)."""
+    tenant's quota). ``node_type``: node id -> GPU type; ``tenant``: job id -> tenant, for every
+    job in ``holders``; ``fractional``: the fractional ones among them."""
     use: dict[tuple[str, str], int] = defaultdict(int)
-    node_type = {n.id: n.gpu_type for n in state.snapshot.nodes}
-    tenant = {j.id: j.tenant for j in state.snapshot.jobs}
-    fractional = {j.id for j in state.snapshot.jobs if j.is_fractional}
     for key, ids in holders.items():
         t = node_type.get(key[0])
         if t is None:
@@ -936,7 +1125,10 @@ def _use(
             for j in ids:
                 use[(tenant[j], t)] += 1
             continue
-        host = first if first not in guests else next((j for j in ids if j not in guests), None)
+        if first not in guests:
+            use[(tenant[first], t)] += 1
+            continue
+        host = next((j for j in ids if j not in guests), None)
         if host is None:
             continue
         use[(tenant[host], t)] += 1
@@ -1068,32 +1260,39 @@ def check_capacity_and_loans(state: ClusterState, decision: Decision, after: _Af
     cap = state.capacity()
     use = after.use
     total: dict[str, int] = defaultdict(int)  # GPUs held (a GPU of fractional jobs once)
-    for key in after.holders:
-        if key[0] in state.node_index:
-            total[state.node_type(key[0])] += 1
+    node_types = after.node_types
+    for node, held in after.held_per_node.items():
+        if node in node_types:
+            total[node_types[node]] += held
     for t in state.type_names:
         if total[t] > cap[t]:
             out.append(Violation(4, f"type '{t}': {total[t]} GPUs used, capacity {cap[t]}"))
     lent_in, lent_out = _loan_totals(state, decision, out)
 
     # per (tenant, type): GPUs of kept running jobs not on loan, and non-guest starts
-    start_by_id = {s.job: s for s in decision.start}
+    start_loan = after.start_loan  # the last entry of each started job, as ``{s.job: s}`` keeps
     own_started: dict[tuple[str, str], int] = defaultdict(int)
     own_kept: dict[tuple[str, str], int] = defaultdict(int)
     own_old: dict[tuple[str, str], int] = defaultdict(int)  # of it, GPUs held in the snapshot
     starts: dict[tuple[str, str], list[str]] = defaultdict(list)
+    guests, started_jobs, sizes = after.guests, after.started, after.sizes
+    tenant_of, run_facts = after.tenant_of, after.run_facts
     for jid, jt in after.types.items():
-        if jid in after.guests:
+        if jid in guests:
             continue
-        job = state.job(jid)
-        if jid in after.started:
-            starts[(job.tenant, jt)].append(jid)
-            if not start_by_id[jid].on_loan:
+        key = (tenant_of[jid], jt)
+        if jid in started_jobs:
+            starts[key].append(jid)
+            if not start_loan[jid]:
                 # a rigid job counts its gang (a wrong allocation size is invariant 2's)
-                own_started[(job.tenant, jt)] += after.sizes[jid] if job.is_elastic else job.gpus
-        elif not job.on_loan:
-            own_kept[(job.tenant, jt)] += after.sizes[jid]
-            own_old[(job.tenant, jt)] += min(job.gpus, after.sizes[jid])  # growth is new use
+                job = started_jobs[jid]
+                own_started[key] += sizes[jid] if job.is_elastic else job.gpus
+            continue
+        _, on_loan, gpus, _ = run_facts[jid]  # a kept running job
+        if not on_loan:
+            size = sizes[jid]
+            own_kept[key] += size
+            own_old[key] += gpus if gpus < size else size  # growth is new use
 
     def lendable(ten: str, t: str) -> int:
         """Idle quota ``ten`` could still lend on ``t`` after the decision."""
@@ -1176,7 +1375,7 @@ def check_capacity_and_loans(state: ClusterState, decision: Decision, after: _Af
                     (ten,),
                 )
             )
-    for s in decision.start:
+    for s in after.colocated:  # (only a start with ``colocated_with`` is asked about)
         if s.colocated_with and s.on_loan:
             out.append(Violation(4, f"guest '{s.job}' uses no quota and cannot be on loan", (s.job,)))
         if s.colocated_with and s.job in state.job_index and s.allocation:
@@ -1249,19 +1448,20 @@ def _kept_over_quota(
 def check_start_or_queue(state: ClusterState, decision: Decision) -> list[Violation]:
     """Invariant 5."""
     out: list[Violation] = []
-    count: dict[str, int] = defaultdict(int)
-    for s in decision.start:
-        count[s.job] += 1
-    for q in decision.queue:
-        count[q] += 1
-    for jid in sorted(count):
-        if jid not in state.job_index:
+    count: Counter[str] = Counter(s.job for s in decision.start)
+    count.update(decision.queue)
+    pending = [job.id for job in state.pending()]
+    is_pending = set(pending)
+    jix = state.job_index
+    # (only the ids reported are sorted: a large decision names tens of thousands)
+    for jid in sorted(jid for jid in count if jid not in is_pending):
+        if jid not in jix:
             out.append(Violation(5, f"unknown job '{jid}' in start/queue", (jid,)))
-        elif state.job(jid).state != "pending":
+        else:
             out.append(Violation(5, f"running job '{jid}' in start/queue", (jid,)))
-    for job in state.pending():
-        if count[job.id] != 1:
-            out.append(Violation(5, f"pending job '{job.id}' appears {count[job.id]} times", (job.id,)))
+    for jid in pending:
+        if (n := count.get(jid, 0)) != 1:
+            out.append(Violation(5, f"pending job '{jid}' appears {n} times", (jid,)))
     queued = set(decision.queue)
     for jid in decision.queue_reasons:
         if jid not in queued:
@@ -1283,11 +1483,17 @@ def _free_after(state: ClusterState, after: _After) -> dict[str, int]:
     held: dict[str, int] = defaultdict(int)
     available = {n.id: n.gpu_type for n in state.snapshot.nodes if n.available}
     pool = state.pool_gpus
-    for key in after.holders:
-        t = available.get(key[0])
-        if t is None or (pool and key in pool):
-            continue
-        held[t] += 1
+    if pool:
+        for key in after.holders:
+            t = available.get(key[0])
+            if t is None or key in pool:
+                continue
+            held[t] += 1
+    else:  # GPUs held per node, then per type
+        for node, n in after.held_per_node.items():
+            t = available.get(node)
+            if t is not None:
+                held[t] += n
     return {t: cap[t] - held[t] for t in state.type_names}
 
 
@@ -1328,7 +1534,7 @@ def check_reservations(state: ClusterState, decision: Decision, after: _After) -
         return out
     queued = set(decision.queue)
     cap = state.capacity()
-    free = _free_after(state, after)
+    free = after.free_after
     now = state.snapshot.now
     seen: set[str] = set()
     for k, r in enumerate(decision.reservations):
@@ -1554,7 +1760,7 @@ def check_work_conservation(
     if after is None:
         after = _after(state, decision)
     cap = state.capacity()  # available nodes only, workflow pool excluded
-    free = _free_after(state, after)
+    free = after.free_after
     holds: dict[str, list[tuple[str, float, int]]] = defaultdict(list)
     node_holds: dict[str, list[tuple[str, float, dict[str, int]]]] = defaultdict(list)
     for r in decision.reservations:
@@ -1574,17 +1780,30 @@ def check_work_conservation(
             stopped = state.job(p.job)
             if stopped.qos == "guaranteed" and not stopped.on_loan and p.job not in state.host_of:
                 restart.update(state.allowed_types(stopped))  # it may restart on any of them
+    # each tenant's idle quota per type, once (not per pending job and type)
+    idle_of: dict[tuple[str, str], int] = {}
+    for ten in state.snapshot.tenants:
+        for t in state.type_names:
+            key = (ten.id, t)
+            idle_of[key] = ten.quota.get(t, 0) - use.get(key, 0) - lent_out.get(key, 0)
+    type_mem = {name: gt.memory_gib for name, gt in state.snapshot.gpu_types.items()}
+    type_names = state.type_names
+    started = after.started
     out: list[Violation] = []
     for job in state.pending():
-        if job.id in after.started:
+        if job.id in started:
             continue
         g = job.size_range[0] if job.is_elastic else job.gpus  # an elastic job at its smallest
-        for t in _usable_types(state, job):  # never a type too small for its stated memory
+        declared = job.gpu_types
+        mem = job.memory_gib
+        for t in type_names if declared is None else declared:
+            if mem is not None and mem > type_mem[t] + EPS:
+                continue  # never a type too small for its stated memory (``_usable_types``)
             if cap.get(t, 0) <= 0 or (free[t] < g and not job.is_fractional):
                 continue
             if (t in off or t in restart) and job.qos != "guaranteed":
                 continue  # a cap-starved tenant's guaranteed jobs, or a node loss's, take them next
-            idle = state.quota(job.tenant, t) - use.get((job.tenant, t), 0) - lent_out.get((job.tenant, t), 0)
+            idle = idle_of[(job.tenant, t)]
             if idle < g:
                 continue
             if not _fits_alone(state, after, job, t, g):
@@ -1643,6 +1862,6 @@ def check_decision(
         out += check_workflow_plan(state, decision.workflow_plan)
     if work_conserving:  # the engine's own promises: work conservation, what preemptions are for
         out += check_work_conservation(state, decision, after)
-        out += check_best_effort_victims(state, decision)
+        out += check_best_effort_victims(state, decision, after)
     out += check_reservations(state, decision, after)
     return out
