@@ -22,6 +22,8 @@ code of its explanation.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from optsched.engine import assurance as asr
 from optsched.engine.check import over_quota_note
@@ -54,7 +56,33 @@ def to_decision(
     solver: SolverInfo,
     status: str,
 ) -> Decision:
-    """The :class:`Decision` of ``assignment`` (a plan for ``problem`` on ``state``).
+    """The :class:`Decision` of ``assignment``: :func:`draft_decision`, completed."""
+    draft = draft_decision(state, problem, assignment, predictions, signal, solver, status)
+    draft.complete()
+    return draft.decision
+
+
+@dataclass
+class Draft:
+    """A decision without its explanations, queue reasons and predictions (``decision``: every
+    other field final), and ``complete``, which adds them. An epoch that places two plans and
+    keeps the better (the solver's and the greedy plan) explains only the one it keeps."""
+
+    decision: Decision
+    complete: Callable[[], None]
+
+
+def draft_decision(
+    state: ClusterState,
+    problem: EpochProblem,
+    assignment: Assignment,
+    predictions: Predictions,
+    signal: dict[str, asr.TenantAssurance],
+    solver: SolverInfo,
+    status: str,
+) -> Draft:
+    """The :class:`Decision` of ``assignment`` (a plan for ``problem`` on ``state``), as a
+    :class:`Draft`.
 
     The steps, in order (each a function below): who stops and why (:func:`_preemptions`);
     which GPUs each shrinking elastic job keeps (:func:`_shrinks`); the exclusive starts on the
@@ -87,8 +115,7 @@ def to_decision(
 
     queue, kind_of = _queue(state, problem, started)
     assurance, assurance_state = asr.figures(state, signal, sorted(started))
-    explanations = _explain(state, problem, starts, preempt, resizes, use, loans, queue, kind_of, signal)
-    return Decision(
+    d = Decision(
         now=state.snapshot.now,
         status=status,
         solver=solver,
@@ -96,14 +123,19 @@ def to_decision(
         preempt=preempt,
         resize=resizes,
         queue=queue,
-        queue_reasons=queue_reasons(explanations, queue),
-        explanations=explanations,
         loans=loans,
         kept_over_quota=kept_over_quota(uncovered),
         assurance=assurance,
         assurance_state=assurance_state,
-        predictions=_predictions(predictions),
     )
+
+    def complete() -> None:
+        explanations = _explain(state, problem, starts, preempt, resizes, use, loans, queue, kind_of, signal)
+        d.queue_reasons = queue_reasons(explanations, queue)
+        d.explanations = explanations
+        d.predictions = _predictions(predictions)
+
+    return Draft(d, complete)
 
 
 def _preemptions(state: ClusterState, p: EpochProblem, assignment: Assignment) -> list[Preempt]:

@@ -51,6 +51,7 @@ from optsched.schema.snapshot import Snapshot
 if TYPE_CHECKING:
     from optsched.engine.backends.greedy import _Tally
     from optsched.engine.backends.highs import Prepared as HighsPrepared
+    from optsched.engine.decode import Draft
     from optsched.engine.lookahead import LookaheadParams, Reservations
     from optsched.engine.problem import Assignment, EpochProblem
     from optsched.predict.base import Predictions, Predictor
@@ -591,7 +592,7 @@ def _first_valid_decision(
             try:
                 d = _placed_decision(ep, problem, plan.assignment, plan.result, why)
                 if plan.result is not None:
-                    g = _better_greedy(ep, problem, plan.result, d, hint, greedy_value)
+                    g = _better_greedy(ep, problem, plan.result, d.decision, hint, greedy_value)
                     if g is not None:
                         try:
                             return _finished(ep, problem, params, g)
@@ -611,7 +612,7 @@ def _first_valid_decision(
 def _better_greedy(
     ep: _Epoch, problem: EpochProblem, result: SolveResult, d: Decision, hint: Assignment,
     greedy_value: float,
-) -> Decision | None:
+) -> Draft | None:
     """The greedy plan placed on the nodes, labelled with the solver's bound, when the solver's
     answer placed (``d``) is below the greedy plan's value and the greedy plan placed is above
     it; else ``None``. Places a copy of ``hint`` (the fallback chain's next plan stays as it
@@ -631,7 +632,7 @@ def _better_greedy(
     except Exception:  # the solver's decision stands
         log.exception("decoding the greedy plan after the solver's answer failed")
         return None
-    return g if g.solver.objective is not None and g.solver.objective > obj else None
+    return g if g.decision.solver.objective is not None and g.decision.solver.objective > obj else None
 
 
 def _fill_pass(
@@ -706,10 +707,10 @@ def _placed_decision(
     a: Assignment,
     res: SolveResult | None,
     reason: str | None,
-) -> Decision:
+) -> Draft:
     """One plan as a decision placed on the nodes: fill pass, placing (starts the nodes cannot
-    hold leave the plan, and the fill runs again), status and bound, decoding. Not yet annotated
-    nor checked (:func:`_finished`).
+    hold leave the plan, and the fill runs again), status and bound, decoding. Not yet
+    explained, annotated nor checked (:func:`_finished`: only the plan kept is).
 
     Raises
     ------
@@ -723,7 +724,7 @@ def _placed_decision(
         place_plan,
         unplace,
     )
-    from optsched.engine.decode import Unplaced, to_decision
+    from optsched.engine.decode import Unplaced, draft_decision
 
     held = sum(h.held for h in ep.reservations.holds)
     added, fill_notes, ledger = _fill_pass(ep, problem, a, held)
@@ -791,7 +792,7 @@ def _placed_decision(
             notes=notes,
         )
         try:
-            d = to_decision(ep.state, problem, a, ep.predictions, ep.signal, info, status)
+            d = draft_decision(ep.state, problem, a, ep.predictions, ep.signal, info, status)
             break
         except Unplaced as u:
             if not u.failed:
@@ -806,9 +807,10 @@ def _placed_decision(
     return d
 
 
-def _finished(ep: _Epoch, problem: EpochProblem, params: SolveParams, d: Decision) -> Decision:
-    """A placed decision (:func:`_placed_decision`) with its look-ahead annotations, checked
-    against the snapshot as given.
+def _finished(ep: _Epoch, problem: EpochProblem, params: SolveParams, draft: Draft) -> Decision:
+    """A placed decision (:func:`_placed_decision`) with its explanations and predictions
+    (``Draft.complete``) and its look-ahead annotations, checked against the snapshot as
+    given.
 
     Raises
     ------
@@ -818,6 +820,8 @@ def _finished(ep: _Epoch, problem: EpochProblem, params: SolveParams, d: Decisio
     from optsched.engine.check import check_decision
     from optsched.engine.lookahead import annotate
 
+    draft.complete()
+    d = draft.decision
     t = time.monotonic()
     annotate(
         ep.state, d, ep.predictions, problem.density, ep.lookahead, ep.reservations,

@@ -252,11 +252,12 @@ def test_a_decoded_answer_the_checker_rejects_falls_back_to_the_greedy_plan(
 ) -> None:
     from optsched.engine import decode
 
-    real = decode.to_decision
+    real = decode.draft_decision
     calls: list[str] = []
 
-    def corrupt_first(*args: Any, **kwargs: Any) -> Decision:
-        d = real(*args, **kwargs)
+    def corrupt_first(*args: Any, **kwargs: Any) -> decode.Draft:
+        draft = real(*args, **kwargs)
+        d = draft.decision
         calls.append(d.solver.backend)
         if len(calls) == 1:
             state: ClusterState = args[0]
@@ -266,9 +267,9 @@ def test_a_decoded_answer_the_checker_rejects_falls_back_to_the_greedy_plan(
             d.start[0].allocation = [GpuRef(node=held.allocation[0].node, gpu=held.allocation[0].gpu)] * len(
                 d.start[0].allocation
             )
-        return d
+        return draft
 
-    monkeypatch.setattr(decode, "to_decision", corrupt_first)
+    monkeypatch.setattr(decode, "draft_decision", corrupt_first)
     state, d = solve(busy_tiny(), name)
     assert calls[0] == name and len(calls) == 2
     assert check_decision(state, d) == []
