@@ -874,7 +874,8 @@ def _explain_preempted(
             gone += f"; stopping it makes room for {led.who(more, None)} started now on other '{t}' GPUs"
             takers = sorted([*takers, *more], key=led.value)
     room = takers
-    if reason == PreemptReason.PRIORITY:  # the common case first (the last branch below)
+    if reason == PreemptReason.PRIORITY or (reason == PreemptReason.INTERFERENCE and host is None):
+        # the common case first; a guest without a host (none in the snapshot) reads as priority
         binding = "priority"
         qos = "best-effort" if job.qos == "best_effort" else job.qos
         text = f"{'preemptible ' if job.is_preemptible else ''}{qos} job of {ten}"
@@ -918,7 +919,8 @@ def _explain_preempted(
                 f"{led.lend_sum[t] - led.lendable[(ten, t)]} more"
             )
         text += gone
-    elif reason == PreemptReason.INTERFERENCE and host is not None:
+    else:  # an MPS guest stopped for interference
+        assert host is not None
         hten = st.job(host).tenant
         on = f"MPS guest on the GPUs of {host} (tenant {hten})"
         if job.id in evicted:
@@ -946,15 +948,6 @@ def _explain_preempted(
                 f"{on}; no job started now takes its GPUs: stopping it ends the slowdown it causes "
                 "its host"
             )
-    else:
-        binding = "priority"
-        qos = "best-effort" if job.qos == "best_effort" else job.qos
-        text = f"{'preemptible ' if job.is_preemptible else ''}{qos} job of {ten}"
-        if takers:
-            text += gone
-        else:
-            room, why = led.quota_starts(t, ten)  # (the Explanation copies the list)
-            text += why
     return Explanation(
         code=_REASON_VALUE[reason],
         text=text,
