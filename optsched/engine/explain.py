@@ -385,8 +385,7 @@ type is too small for it, else None): all its explanation depends on."""
 def queue_kind(state: ClusterState, job: Job) -> Kind:
     """The kind of a queued job; an elastic job is explained at its smallest size (the closest
     it is to starting)."""
-    rigid = job.min_gpus is None and job.max_gpus is None  # the common case: is_elastic unasked
-    g = job.size_range[0] if not rigid and job.is_elastic else job.gpus
+    g = job.size_range[0] if job.is_elastic else job.gpus
     gt = job.gpu_types
     declared = state.type_names if gt is None else tuple(gt)
     # a job that states no memory per GPU fits every declared type (allowed_types unasked)
@@ -450,7 +449,7 @@ def explain(
     never_exp: dict[tuple[Kind, tuple[str, str]], Explanation] = {}
     for jid, kind in zip(queue, kind_of, strict=True):
         job = jobs[index[jid]]
-        if (job.min_gpus is not None or job.max_gpus is not None) and job.is_elastic:
+        if job.is_elastic:
             continue  # (_never_in_shape: an elastic job spreads, it always could)
         key = _shape_key(state, job)
         if key in never_of:
@@ -521,19 +520,19 @@ def explain_decision(
         before[key] += job.gpus
         if jid not in stopped:
             use[key] += size.get(jid, job.gpus)
-    keys = _DefaultRank(jobs, index)  # default rank of every start, computed once
-    tenant_of: dict[str, str] = {}  # and its tenant, for the explanations that list it
+    tenant_of: dict[str, str] = {}  # each start's tenant, for the explanations that list it
     for s in decision.start:
         jid = s.job
         x = jobs[index[jid]]
-        keys[jid] = (0 if x.qos == "guaranteed" else 1, x.submit_s, jid)
         tenant_of[jid] = x.tenant
         if not s.colocated_with:
             use[(x.tenant, node_type(s.allocation[0].node))] += len(s.allocation)
     limits = asr.share_limits(signal)
     evicted = {g for g in state.host_of if asr.evicted_guest(state, state.job(g), limits)}
     if rank is None:
-        rank = keys.__getitem__  # (a dict lookup: no Python call per key while sorting)
+        # the default rank of each start, computed on its first lookup; then a dict lookup (no
+        # Python call per key while sorting)
+        rank = _DefaultRank(jobs, index).__getitem__
 
     queue = list(decision.queue)
     kind_of = [queue_kind(state, jobs[index[j]]) for j in queue]
