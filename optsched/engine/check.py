@@ -339,9 +339,8 @@ def _after(state: ClusterState, decision: Decision) -> _After:
             else:
                 del holders[key]
 
-    def take(jid: str, refs: list[GpuRef]) -> None:
-        for ref in refs:
-            key = (ref.node, ref.gpu)
+    def take(jid: str, keys: list[GpuKey]) -> None:
+        for key in keys:
             ids = holders.get(key)
             if ids:
                 holders[key] = [*ids, jid]
@@ -365,7 +364,7 @@ def _after(state: ClusterState, decision: Decision) -> _After:
         types[jid] = jt
         if jid in resized:
             release(jid, alloc)
-            take(jid, resized[jid])
+            take(jid, [(ref.node, ref.gpu) for ref in resized[jid]])
             sizes[jid] = len(resized[jid])
         else:
             sizes[jid] = len(alloc)
@@ -392,13 +391,7 @@ def _after(state: ClusterState, decision: Decision) -> _After:
         sizes[sj] = len(alloc)
         keys = [(ref.node, ref.gpu) for ref in alloc]
         start_rows.append((k, s, job, keys))
-        for key in keys:  # take(sj, alloc), inline
-            ids = holders.get(key)
-            if ids:
-                holders[key] = [*ids, sj]
-                shared.append(key)
-            else:
-                holders[key] = [sj]
+        take(sj, keys)
         if s.colocated_with:
             guests[sj] = list(s.colocated_with)
         if keys and (t := node_types.get(keys[0][0])) is not None:
