@@ -573,7 +573,6 @@ def _guest_pairs(
         (ri, r.type, r.free_slots, r.tenant, predictions.jobs[r.job].memory_gib) for ri, r in hosts
     ]
     mem_cap = [snap.gpu_types[tname].memory_gib for tname in types]
-    sealed_of: dict[tuple[str, int], bool] = {}  # (guest tenant, type) -> may not borrow there
     # the hosts a guest may go with at all, in the scan's order, per (GPUs, types, tenant):
     # of an allowed type, with room for the guest's GPUs, not sealed against its tenant, and
     # with a pair limit above 0 (each is a host-side fact; the guest's memory is its own),
@@ -589,14 +588,10 @@ def _guest_pairs(
         found: list[tuple[int, float, float, float]] = []
         scanned = 0
         allowed = set(key[2])
-        sealed = {}
-        for t in range(len(types)):
-            got = sealed_of.get((gjob.tenant, t))
-            if got is None:
-                got = sealed_of[(gjob.tenant, t)] = state.borrow_limit(gjob.tenant, types[t]) == 0
-            sealed[t] = got
         lim = limits.get((key[0], gjob.tenant))
         if lim is None:
+            # the types the guest's tenant may not borrow on
+            sealed = [state.borrow_limit(gjob.tenant, tname) == 0 for tname in types]
             # promoted when the host ends, a guest on another tenant's host of a type its tenant
             # may not borrow would hold GPUs it may not borrow: no limit there (-1)
             lim = limits[(key[0], gjob.tenant)] = [
