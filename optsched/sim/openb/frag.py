@@ -21,6 +21,7 @@ Host memory does not enter the measure (the paper's definition is over CPU and G
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -198,23 +199,23 @@ class FragTracker:
         return _value(self.tp, *self._whole_inputs(nodes, cpu, k))
 
     def share_change(self, nodes: IntArray, gpus: IntArray, cpu: int, milli: int) -> FloatArray:
-        """The change of :meth:`share_after` from now, with FGD's simulator's bits where it is
-        rounding noise (:func:`exact_value` on both sides)."""
-        delta = self.share_after(nodes, gpus, cpu, milli) - self.frag[nodes]
-        noisy = np.flatnonzero(np.abs(delta) < NOISE)
-        if len(noisy):
-            after = exact_value(self.tp, *self._share_inputs(nodes[noisy], gpus[noisy], cpu, milli))
-            delta[noisy] = after - self._exact_now(nodes[noisy])
-        return delta
+        """The change of :meth:`share_after` from now (:meth:`_change`)."""
+        return self._change(nodes, lambda sel: self._share_inputs(nodes[sel], gpus[sel], cpu, milli))
 
     def whole_change(self, nodes: IntArray, cpu: int, k: int) -> FloatArray:
-        """The change of :meth:`whole_after` from now, with FGD's simulator's bits where it is
-        rounding noise."""
-        delta = self.whole_after(nodes, cpu, k) - self.frag[nodes]
+        """The change of :meth:`whole_after` from now (:meth:`_change`)."""
+        return self._change(nodes, lambda sel: self._whole_inputs(nodes[sel], cpu, k))
+
+    def _change(
+        self, nodes: IntArray, inputs: Callable[[slice | IntArray], tuple[IntArray, ...]]
+    ) -> FloatArray:
+        """Each option's fragmentation change from now (``inputs(sel)``: the after-state of the
+        options ``sel``), with FGD's simulator's bits where it is rounding noise
+        (:func:`exact_value` on both sides)."""
+        delta = _value(self.tp, *inputs(slice(None))) - self.frag[nodes]
         noisy = np.flatnonzero(np.abs(delta) < NOISE)
         if len(noisy):
-            after = exact_value(self.tp, *self._whole_inputs(nodes[noisy], cpu, k))
-            delta[noisy] = after - self._exact_now(nodes[noisy])
+            delta[noisy] = exact_value(self.tp, *inputs(noisy)) - self._exact_now(nodes[noisy])
         return delta
 
     def _exact_now(self, nodes: IntArray) -> FloatArray:

@@ -308,8 +308,8 @@ def sigmoid_score(delta: npt.NDArray[np.float64]) -> IntArray:
     """FGD's integer score of a fragmentation change ``delta`` (milli-GPU; lower fragmentation
     scores higher), with the simulator's float operations: ``int64(sigmoid((before - after) /
     1000) * 100)``, ``sigmoid(x) = 1 / (1 + exp(-x))``. A change of rounding noise scores 50
-    below 0 and 49 above it, as there (:func:`optsched.sim.openb.frag._value` computes both
-    sides with the simulator's operations, so the noise is the simulator's)."""
+    below 0 and 49 above it, as there (:meth:`~optsched.sim.openb.frag.FragTracker.share_change`
+    computes such changes with the simulator's operations, so the noise is the simulator's)."""
     with np.errstate(over="ignore"):
         sig = 1.0 / (1.0 + np.exp(delta / 1000.0))
     return np.floor(sig * 100.0).astype(np.int64)
